@@ -1,0 +1,35 @@
+"""Shared test machinery: the one `--update-golden` switch for every golden-text test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="rewrite golden files from the current output instead of comparing",
+    )
+
+
+@pytest.fixture
+def golden(request):
+    """`golden("name.txt", text)` compares `text` with tests/golden/name.txt (or rewrites it)."""
+    update = request.config.getoption("--update-golden")
+
+    def check(name: str, text: str) -> None:
+        path = GOLDEN_DIR / name
+        if update:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            return
+        if not path.exists():
+            pytest.fail(f"golden file {path} is missing; run pytest --update-golden and review it")
+        assert text == path.read_text(), f"output differs from golden {path}"
+
+    return check
