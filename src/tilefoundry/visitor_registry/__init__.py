@@ -1,1 +1,39 @@
+"""Rule registries and the engines' single entry point to per-op rules.
 
+Engines (typeinfer, evaluator, emitter, fusion) import this package, never an op module; op
+modules register their rules here by decorator when they are imported.
+"""
+
+from tilefoundry.visitor_registry.registry import (
+    ACCESS_RELATION,
+    CALLEE_TYPEINFER,
+    EVAL,
+    STABLEHLO,
+    TYPEINFER,
+    Registry,
+    register_access_relation,
+    register_callee_typeinfer,
+    register_eval,
+    register_stablehlo,
+    register_typeinfer,
+    registered,
+)
+from tilefoundry.visitor_registry.typeinfer import TypeInferContext, describe, typeinfer_call
+
+__all__ = [
+    "ACCESS_RELATION",
+    "CALLEE_TYPEINFER",
+    "EVAL",
+    "STABLEHLO",
+    "TYPEINFER",
+    "Registry",
+    "TypeInferContext",
+    "describe",
+    "register_access_relation",
+    "register_callee_typeinfer",
+    "register_eval",
+    "register_stablehlo",
+    "register_typeinfer",
+    "registered",
+    "typeinfer_call",
+]

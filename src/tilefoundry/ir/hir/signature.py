@@ -1,0 +1,127 @@
+"""Signature matching shared by elaboration, return checks and the Function verifier.
+
+One matcher serves both directions (an argument against a parameter, a body type against a
+declared return type) so that "what a declaration admits" has one definition: a TensorType whose
+layout is None is a template wildcard (shape and dtype must match, the rest is taken from the
+actual type), any declared layout is an exact contract, and a DimVar extent admits any int inside
+its half-open envelope or the same DimVar — never a different one (hir §1.1 binding rules).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tilefoundry.errors import VerifyError
+from tilefoundry.ir.core import Var
+from tilefoundry.ir.types import (
+    DimVar,
+    ShapeDim,
+    TensorType,
+    TupleType,
+    Type,
+    dim_vars,
+    format_dim,
+    tensor_fields,
+)
+
+
+def _shape_text(shape: tuple[ShapeDim, ...]) -> str:
+    return "(" + ", ".join(format_dim(d) for d in shape) + ")"
+
+
+def shape_mismatch(declared: tuple[ShapeDim, ...], actual: tuple[ShapeDim, ...]) -> str | None:
+    """Why `actual` does not fit `declared` (envelope matching on DimVar axes), or None."""
+    if len(declared) != len(actual):
+        return (
+            f"rank {len(actual)} shape {_shape_text(actual)} does not match "
+            f"rank {len(declared)} shape {_shape_text(declared)}"
+        )
+    for axis, (want, got) in enumerate(zip(declared, actual, strict=True)):
+        if want == got:
+            continue
+        if isinstance(want, DimVar) and isinstance(got, int):
+            if want.lo <= got < want.hi:
+                continue
+            return (
+                f"axis {axis} extent {got} lies outside the envelope [{want.lo}, {want.hi}) "
+                f"of DimVar {want.name}"
+            )
+        return f"axis {axis} is {format_dim(got)}, expected {format_dim(want)}"
+    return None
+
+
+def type_mismatch(declared: Type, actual: Type) -> str | None:
+    """Why a value of type `actual` is not admitted where `declared` is written, or None."""
+    if isinstance(declared, TensorType):
+        if not isinstance(actual, TensorType):
+            return f"expected a tensor {declared}, got {actual}"
+        reason = shape_mismatch(declared.shape, actual.shape)
+        if reason is not None:
+            return reason
+        if declared.dtype != actual.dtype:
+            return f"dtype {actual.dtype} does not match the declared {declared.dtype}"
+        if declared.layout is None:
+            return None
+        if declared.layout != actual.layout:
+            return (
+                f"layout {actual.layout} does not match the declared {declared.layout}; a declared "
+                "layout is an exact contract (reshard the value to it)"
+            )
+        if declared.storage != actual.storage:
+            return f"storage {actual.storage} does not match the declared {declared.storage}"
+        return None
+    if isinstance(declared, TupleType) and isinstance(actual, TupleType):
+        if len(declared.fields) != len(actual.fields):
+            return f"{len(actual.fields)} tuple fields, expected {len(declared.fields)}"
+        for i, (want, got) in enumerate(zip(declared.fields, actual.fields, strict=True)):
+            reason = type_mismatch(want, got)
+            if reason is not None:
+                return f"tuple field {i}: {reason}"
+        return None
+    return None if declared == actual else f"expected {declared}, got {actual}"
+
+
+def bound_type(declared: Type, actual: Type) -> Type:
+    """The type a parameter takes when `actual` (already admitted) binds to it.
+
+    A wildcard takes the argument's dtype, layout (ShardLayout with its Partial states included)
+    and storage, but keeps the declared shape: elaboration never monomorphizes a DimVar.
+    """
+    if isinstance(declared, TensorType) and declared.layout is None:
+        return TensorType(declared.shape, actual.dtype, actual.layout, actual.storage)
+    return declared
+
+
+def bind_arguments(fn_name: str, params: tuple[Var, ...], arg_types: tuple[Type, ...]) -> tuple:
+    """Bind each argument type to its parameter (hir §1.1); errors name the parameter."""
+    if len(arg_types) != len(params):
+        names = ", ".join(p.name for p in params)
+        raise VerifyError(
+            f"Function {fn_name}: expected {len(params)} argument(s) ({names}), "
+            f"got {len(arg_types)}"
+        )
+    bound = []
+    for param, actual in zip(params, arg_types, strict=True):
+        reason = type_mismatch(param.type, actual)
+        if reason is not None:
+            raise VerifyError(f"Function {fn_name}: parameter '{param.name}': {reason}")
+        bound.append(bound_type(param.type, actual))
+    return tuple(bound)
+
+
+def signature_dim_vars(types: Iterable[tuple[str, Type]]) -> dict[str, tuple[DimVar, str]]:
+    """The DimVars named by the shapes of `(where, type)` pairs, first occurrence per name,
+    refusing a name that appears with two different envelopes (hir §1.1 typing rules)."""
+    found: dict[str, tuple[DimVar, str]] = {}
+    for where, type_ in types:
+        for leaf in tensor_fields(type_) if isinstance(type_, TensorType | TupleType) else ():
+            for dim in leaf.shape:
+                for var in dim_vars(dim):
+                    first = found.setdefault(var.name, (var, where))
+                    if first[0] is not var:
+                        raise VerifyError(
+                            f"DimVar {var.name} has envelope [{first[0].lo}, {first[0].hi}) in "
+                            f"{first[1]} but [{var.lo}, {var.hi}) in {where}; every occurrence "
+                            "of one name in a signature must agree"
+                        )
+    return found

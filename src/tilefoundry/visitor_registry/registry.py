@@ -1,0 +1,88 @@
+"""Class-keyed rule registries, one per rule kind.
+
+Every analysis or exit (typeinfer, access relations, the evaluator, StableHLO) finds the rule for
+an op through one of these tables, so engines never import an op module: the op module registers
+its rules by decorator at import time. Lookups are by exact class and loud: a subclass does not
+inherit its parent's rule, and a missing rule is an `UnsupportedError` naming the op and the rule
+kind rather than a silent fallback — an unhandled op must fail closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from tilefoundry.errors import InternalCompilerError, UnsupportedError
+
+R = TypeVar("R", bound=Callable[..., Any])
+
+
+class Registry:
+    """The rules of one kind, keyed by the class they handle."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._rules: dict[type, Callable[..., Any]] = {}
+
+    def register(self, cls: type) -> Callable[[R], R]:
+        """Decorator: make the decorated function the `kind` rule of exactly `cls`."""
+        if not isinstance(cls, type):
+            raise InternalCompilerError(f"register {self.kind}: {cls!r} is not a class")
+
+        def decorate(rule: R) -> R:
+            if cls in self._rules:
+                raise InternalCompilerError(
+                    f"{cls.__name__}: a {self.kind} rule is already registered "
+                    f"({self._rules[cls].__module__}.{self._rules[cls].__qualname__})"
+                )
+            self._rules[cls] = rule
+            return rule
+
+        return decorate
+
+    def lookup(self, cls: type) -> Callable[..., Any]:
+        """The rule for exactly `cls`; UnsupportedError when there is none."""
+        rule = self._rules.get(cls)
+        if rule is None:
+            raise UnsupportedError(f"{cls.__name__}: no {self.kind} rule is registered")
+        return rule
+
+    def has(self, cls: type) -> bool:
+        return cls in self._rules
+
+    def registered(self) -> tuple[type, ...]:
+        """Every class with a rule, sorted by qualified name (for coverage tests)."""
+        return tuple(sorted(self._rules, key=lambda c: f"{c.__module__}.{c.__qualname__}"))
+
+
+TYPEINFER = Registry("typeinfer")
+"""Node rules `rule(expr, ctx) -> Type` for Expr classes; op rules
+`rule(op, arg_types, ctx) -> Type` for Op classes."""
+
+CALLEE_TYPEINFER = Registry("callee typeinfer")
+"""How a Call whose target is a callable Expr (a hir Function) types:
+`rule(callee, arg_types, ctx) -> Type`. Separate from TYPEINFER because a Function is typed both as
+a node of its own (its CallableType) and as a call target (by elaboration)."""
+
+ACCESS_RELATION = Registry("access relation")
+EVAL = Registry("eval")
+STABLEHLO = Registry("stablehlo")
+
+_BY_KIND = {r.kind: r for r in (TYPEINFER, CALLEE_TYPEINFER, ACCESS_RELATION, EVAL, STABLEHLO)}
+
+register_typeinfer = TYPEINFER.register
+register_callee_typeinfer = CALLEE_TYPEINFER.register
+register_access_relation = ACCESS_RELATION.register
+register_eval = EVAL.register
+register_stablehlo = STABLEHLO.register
+
+
+def registered(kind: str | Registry) -> tuple[type, ...]:
+    """The classes with a rule of `kind` ("typeinfer", "access relation", "eval", "stablehlo")."""
+    if isinstance(kind, Registry):
+        return kind.registered()
+    if kind not in _BY_KIND:
+        raise InternalCompilerError(
+            f"registered: unknown rule kind {kind!r}; kinds: {list(_BY_KIND)}"
+        )
+    return _BY_KIND[kind].registered()

@@ -1,0 +1,143 @@
+"""The typeinfer driver: a per-walk context and the rules for the core Expr nodes.
+
+The driver owns what every rule would otherwise repeat: caching each node's type (keyed on the
+node, since Exprs are identities), stamping it once, and locating errors — a rule may raise a
+bare `VerifyError` and the driver attaches the source span of the node being typed, so every
+diagnostic about source-built IR ends with `at file:line:col`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+from tilefoundry.errors import VerifyError
+from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
+from tilefoundry.ir.types import TupleType, Type, UnitType, is_type
+from tilefoundry.visitor_registry.registry import CALLEE_TYPEINFER, TYPEINFER, register_typeinfer
+
+
+def describe(node: Any) -> str:
+    """The `<OpClass or ExprClass>` prefix of a diagnostic about `node`."""
+    if isinstance(node, Call):
+        node = node.target
+    if isinstance(node, Op):
+        return type(node).__name__
+    name = getattr(node, "name", None)
+    return f"{type(node).__name__} {name}" if isinstance(name, str) else type(node).__name__
+
+
+def _operands(node: Expr) -> tuple[Expr, ...]:
+    if isinstance(node, Call):
+        return node.args
+    if isinstance(node, Tuple):
+        return node.elements
+    return ()
+
+
+def _located(err: VerifyError, node: Expr | None) -> VerifyError:
+    return err.with_location(source_span(node))
+
+
+class TypeInferContext:
+    """One typing walk: the node → type cache and the Call whose op rule is running."""
+
+    def __init__(self) -> None:
+        self._cache: dict[Expr, Type] = {}
+        self.call: Call | None = None
+
+    def infer(self, expr: Expr) -> Type:
+        """The type of `expr`, computed once per context and stamped onto unstamped nodes."""
+        if not isinstance(expr, Expr):
+            raise VerifyError(f"typeinfer: {expr!r} is not an Expr")
+        cached = self._cache.get(expr)
+        if cached is not None:
+            return cached
+        try:
+            self._infer_operands_first(expr)
+        except VerifyError as err:
+            raise _located(err, expr) from None
+        return self._infer_node(expr)
+
+    def _infer_operands_first(self, root: Expr) -> None:
+        """Type the Call/Tuple operands below `root` bottom-up with an explicit stack, so a deep
+        Call chain does not hit Python's recursion limit through nested rule calls."""
+        stack: list[tuple[Expr, bool]] = [(child, False) for child in _operands(root)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in self._cache:
+                continue
+            if expanded:
+                self._infer_node(node)
+                continue
+            stack.append((node, True))
+            stack.extend((child, False) for child in _operands(node) if child not in self._cache)
+
+    def _infer_node(self, expr: Expr) -> Type:
+        rule = TYPEINFER.lookup(type(expr))
+        try:
+            result = rule(expr, self)
+        except VerifyError as err:
+            located = _located(err, expr)
+            if located is err:
+                raise
+            raise located from None
+        if expr.type is None:
+            expr.stamp_type(result)
+        self._cache[expr] = result
+        return result
+
+    @contextmanager
+    def typing_call(self, call: Call) -> Iterator[None]:
+        """Expose `call` as `ctx.call` while its target's rule runs (rules may read literals)."""
+        outer, self.call = self.call, call
+        try:
+            yield
+        finally:
+            self.call = outer
+
+    def error(self, node: Any, message: str) -> NoReturn:
+        """Raise the diagnostic `"<OpClass>: message"` located at `node` (an Op means the Call
+        being typed)."""
+        where = self.call if isinstance(node, Op) else node
+        raise VerifyError(f"{describe(node)}: {message}", location=source_span(where))
+
+
+@register_typeinfer(Var)
+def _var(var: Var, ctx: TypeInferContext) -> Type:
+    return var.type
+
+
+@register_typeinfer(Constant)
+def _constant(constant: Constant, ctx: TypeInferContext) -> Type:
+    return constant.type
+
+
+@register_typeinfer(Tuple)
+def _tuple(node: Tuple, ctx: TypeInferContext) -> Type:
+    return TupleType(tuple(ctx.infer(e) for e in node.elements))
+
+
+@register_typeinfer(Call)
+def _call(call: Call, ctx: TypeInferContext) -> Type:
+    arg_types = tuple(ctx.infer(a) for a in call.args)
+    target = call.target
+    registry = TYPEINFER if isinstance(target, Op) else CALLEE_TYPEINFER
+    rule = registry.lookup(type(target))
+    with ctx.typing_call(call):
+        result = rule(target, arg_types, ctx)
+    if isinstance(result, UnitType):
+        ctx.error(
+            call, "effect-form call (UnitType result) is not allowed in HIR; HIR is value-form"
+        )
+    return result
+
+
+def typeinfer_call(target: Op | Expr, *arg_types: Type) -> Type:
+    """The type of `target` applied to arguments of `arg_types` (a Function target elaborates)."""
+    for i, t in enumerate(arg_types):
+        if not is_type(t):
+            raise VerifyError(f"typeinfer_call: argument {i} is not a Type: {t!r}")
+    args = tuple(Var(f"arg{i}", t) for i, t in enumerate(arg_types))
+    return TypeInferContext().infer(Call(target, args))
