@@ -1,1 +1,50 @@
+"""Layouts, meshes and shard layouts (seed shard-layout; DESIGN §3 public names)."""
 
+from tilefoundry.ir.types.shard.layout import ComposedLayout, Layout, LayoutBase
+from tilefoundry.ir.types.shard.mesh import Mesh, MeshAxis, Topology, make_mesh
+from tilefoundry.ir.types.shard.shard_layout import (
+    B,
+    Broadcast,
+    Dynamic,
+    P,
+    Partial,
+    S,
+    ShardAttr,
+    ShardLayout,
+    Split,
+    canonical_shard_layout,
+    factor_sugar,
+    partial_axes,
+    per_instance_strides,
+    shard_layout_local_shape,
+    shared_strides,
+    split_positions,
+    with_strides,
+)
+
+__all__ = [
+    "B",
+    "Broadcast",
+    "ComposedLayout",
+    "Dynamic",
+    "Layout",
+    "LayoutBase",
+    "Mesh",
+    "MeshAxis",
+    "P",
+    "Partial",
+    "S",
+    "ShardAttr",
+    "ShardLayout",
+    "Split",
+    "Topology",
+    "canonical_shard_layout",
+    "factor_sugar",
+    "make_mesh",
+    "partial_axes",
+    "per_instance_strides",
+    "shard_layout_local_shape",
+    "shared_strides",
+    "split_positions",
+    "with_strides",
+]
