@@ -1,5 +1,14 @@
 """tilefoundry: a compiler for shape-typed, sharding-typed tensor programs."""
 
 from tilefoundry.errors import EvalError, InternalCompilerError, UnsupportedError, VerifyError
+from tilefoundry.ir.core import DimVarRangePat
+from tilefoundry.ir.types import DimVar
 
-__all__ = ["EvalError", "InternalCompilerError", "UnsupportedError", "VerifyError"]
+__all__ = [
+    "DimVar",
+    "DimVarRangePat",
+    "EvalError",
+    "InternalCompilerError",
+    "UnsupportedError",
+    "VerifyError",
+]

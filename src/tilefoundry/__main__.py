@@ -1,0 +1,5 @@
+"""`python -m tilefoundry` is the `tilefoundry` command."""
+
+from tilefoundry.cli import main
+
+raise SystemExit(main())
