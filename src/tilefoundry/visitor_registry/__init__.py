@@ -18,6 +18,12 @@ from tilefoundry.visitor_registry.registry import (
     register_typeinfer,
     registered,
 )
+from tilefoundry.visitor_registry.surface import (
+    SurfaceEntry,
+    register_surface,
+    surface_entry,
+    surface_names,
+)
 from tilefoundry.visitor_registry.typeinfer import TypeInferContext, describe, typeinfer_call
 
 __all__ = [
@@ -27,13 +33,17 @@ __all__ = [
     "STABLEHLO",
     "TYPEINFER",
     "Registry",
+    "SurfaceEntry",
     "TypeInferContext",
     "describe",
     "register_access_relation",
     "register_callee_typeinfer",
     "register_eval",
     "register_stablehlo",
+    "register_surface",
     "register_typeinfer",
     "registered",
+    "surface_entry",
+    "surface_names",
     "typeinfer_call",
 ]

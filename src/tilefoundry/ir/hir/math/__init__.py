@@ -1,0 +1,1 @@
+"""HIR math ops (hir §1.3 ir/hir/math)."""

@@ -1,0 +1,1 @@
+"""HIR nn ops (hir §1.3 ir/hir/nn)."""

@@ -1,0 +1,174 @@
+"""Shared building blocks of HIR op rules (typeinfer, access relations, reference kernels).
+
+Every op module states only what is particular to its op; what every op rule would otherwise
+repeat lives here once: checking that operands are tensors, normalising axes, refusing a pending
+Partial the op does not commute with (with the one remedy message users learn), calling the shard
+propagation engine through the op's own registered access relation, anchoring output storage, and
+computing narrow floats in f32.
+
+Rule conventions (every op module follows them):
+- typeinfer: `rule(op, arg_types, ctx) -> Type` (registered with `register_typeinfer`).
+- access relation: `rule(op, arg_types) -> AccessRelations`, a pure function of the op's
+  attributes and operand types; it never reads the Call's own type, since typeinfer asks for it.
+  An op whose accesses are data-dependent registers `NO_AFFINE_RELATION` instead.
+- reference kernel: `rule(op, args, out_type) -> ndarray | tuple[ndarray, ...]` over numpy (or
+  ml_dtypes) arrays. Shapes come from the arrays and from `out_type`, never from a global shape
+  baked into an attribute when `out_type` can say it, so the evaluator can run the same kernel on
+  one device's block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from tilefoundry.errors import VerifyError
+from tilefoundry.ir.core import Op
+from tilefoundry.ir.types import DType, StorageKind, TensorType, Type, f32
+from tilefoundry.ir.types.shard import Mesh, ShardLayout
+from tilefoundry.visitor_registry import ACCESS_RELATION
+from tilefoundry.visitor_registry.access_relation import AccessRelations
+from tilefoundry.visitor_registry.shard_propagate import (
+    derive_output_shard_layout,
+    partial_reductions_by_axis,
+)
+from tilefoundry.visitor_registry.storage import anchor_storage
+
+NO_AFFINE_RELATION: Callable[..., Any] = lambda op, arg_types: None  # noqa: E731
+"""The explicit marker an op registers when no affine access relation describes it (its write
+boundaries are runtime data, e.g. CacheUpdate): traffic analysis then charges whole tensors."""
+
+
+def op_name(op: Op) -> str:
+    return type(op).__name__
+
+
+def tensor_operands(op: Op, arg_types: Sequence[Type]) -> tuple[TensorType, ...]:
+    """The operand types, each checked to be a tensor (a tuple is consumed only via projection)."""
+    names = type(op).inputs()
+    for name, type_ in zip(names, arg_types, strict=True):
+        if not isinstance(type_, TensorType):
+            raise VerifyError(
+                f"{op_name(op)}: operand '{name}' must be a tensor, got {type_}; project a tuple "
+                "with tuple_get_item first"
+            )
+    return tuple(arg_types)  # type: ignore[return-value]
+
+
+def normalize_axis(op: Op, axis: int, rank: int, what: str = "axis") -> int:
+    """`axis` in [-rank, rank) as a non-negative index; anything else names the op and bound."""
+    if isinstance(axis, bool) or not isinstance(axis, int | np.integer):
+        raise VerifyError(f"{op_name(op)}: {what} must be an int, got {axis!r}")
+    if not -rank <= axis < rank:
+        raise VerifyError(
+            f"{op_name(op)}: {what} {axis} is out of range for rank {rank} "
+            f"(valid: {-rank}..{rank - 1})"
+        )
+    return int(axis) % rank if rank else 0
+
+
+def mesh_axis_label(mesh: Mesh, axis: int) -> str:
+    name = mesh.names[axis] if mesh.names else None
+    return f"mesh axis {axis} ('{name}')" if name else f"mesh axis {axis}"
+
+
+def partial_axes(type_: Type) -> dict[int, str]:
+    """Mesh axis -> pending reduction, for a tensor carrying Partials (empty otherwise)."""
+    if not isinstance(type_, TensorType):
+        return {}
+    states = partial_reductions_by_axis(type_.layout)
+    return {axis: red for axis, red in enumerate(states) if red is not None}
+
+
+def completion_remedy(operand: str, layout: ShardLayout, axis: int) -> str:
+    return (
+        f"insert reshard({operand}, ...) to Broadcast on {mesh_axis_label(layout.mesh, axis)} "
+        "to complete the pending reduction first"
+    )
+
+
+def refuse_partials(
+    op: Op,
+    operands: Iterable[tuple[str, Type]],
+    *,
+    allowed: Iterable[str] = (),
+    why: str,
+) -> None:
+    """Refuse every Partial whose reduction is not in `allowed` (semantic-analysis §3.2 step 4).
+
+    `why` is the op's commutation fact in a few words ("softmax normalises across an axis"), so
+    the message says both what is wrong and why the op cannot carry the pending reduction.
+    """
+    allowed = frozenset(allowed)
+    for name, type_ in operands:
+        for axis, reduction in partial_axes(type_).items():
+            if reduction not in allowed:
+                layout = type_.layout
+                raise VerifyError(
+                    f"{op_name(op)}: operand '{name}' carries Partial({reduction}) on "
+                    f"{mesh_axis_label(layout.mesh, axis)}, and {why}; "
+                    f"{completion_remedy(name, layout, axis)}"
+                )
+
+
+def relations_of(op: Op, arg_types: Sequence[Type]) -> AccessRelations | None:
+    """The op's own registered access relation for these operand types."""
+    return ACCESS_RELATION.lookup(type(op))(op, tuple(arg_types))
+
+
+def propagate(
+    op: Op,
+    arg_types: Sequence[Type],
+    out_shape: Sequence[Any],
+    *,
+    relations: AccessRelations | None = None,
+    **controls: Any,
+) -> ShardLayout | None:
+    """The output ShardLayout from the shared engine (semantic-analysis §3.2), errors prefixed
+    with the op's name so the user sees which op refused."""
+    relations = relations if relations is not None else relations_of(op, arg_types)
+    try:
+        return derive_output_shard_layout(tuple(arg_types), relations, tuple(out_shape), **controls)
+    except VerifyError as err:
+        raise VerifyError(f"{op_name(op)}: {err.message}") from None
+
+
+def result_storage(op: Op, arg_types: Iterable[Type]) -> StorageKind:
+    """Output storage anchored on the operands' concrete storages (semantic-analysis §3.3)."""
+    storages = [t.storage for t in arg_types if isinstance(t, TensorType)]
+    return anchor_storage(op_name(op), storages)
+
+
+def same_dtype(op: Op, named_types: Sequence[tuple[str, TensorType]]) -> DType:
+    """The one dtype shared by every operand; there is no implicit promotion in HIR."""
+    (first_name, first), *rest = named_types
+    for name, type_ in rest:
+        if type_.dtype != first.dtype:
+            raise VerifyError(
+                f"{op_name(op)}: operand '{name}' is {type_.dtype} but '{first_name}' is "
+                f"{first.dtype}; there is no implicit promotion, insert cast({name}, "
+                f"{first.dtype})"
+            )
+    return first.dtype
+
+
+def numpy_dtype(dtype: DType) -> np.dtype:
+    return np.dtype(dtype.to_numpy())
+
+
+def compute_in_f32(fn: Callable[..., np.ndarray], out_dtype: DType, *arrays: np.ndarray):
+    """Run `fn` on float operands widened to f32 when narrower (numpy/ml_dtypes lack most narrow
+    kernels and promote inconsistently), then round once to the result dtype."""
+    widened = [
+        a.astype(np.float32)
+        if a.dtype.kind not in "biu" and a.dtype.itemsize < 4
+        else a
+        for a in arrays
+    ]
+    return np.asarray(fn(*widened)).astype(numpy_dtype(out_dtype), copy=False)
+
+
+def is_narrow_float(dtype: DType) -> bool:
+    return dtype.is_float and dtype.bits < f32.bits

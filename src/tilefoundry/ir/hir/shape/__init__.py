@@ -1,0 +1,1 @@
+"""HIR shape ops (hir §1.3 ir/hir/shape)."""

@@ -1,0 +1,1 @@
+"""HIR sharding ops (hir §1.3 ir/hir/sharding)."""

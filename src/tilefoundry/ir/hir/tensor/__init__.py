@@ -1,0 +1,1 @@
+"""HIR tensor ops (hir §1.3 ir/hir/tensor)."""
