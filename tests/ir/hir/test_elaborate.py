@@ -2,8 +2,9 @@
 
 import pytest
 
+from support.toy_ops import Ident
 from tilefoundry.errors import VerifyError
-from tilefoundry.ir.core import Call, DimVarRangePat, Module, Op, ParamDef, SourceSpan, Tuple, Var
+from tilefoundry.ir.core import Call, DimVarRangePat, Module, SourceSpan, Tuple, Var
 from tilefoundry.ir.hir import ElaborationSession, Function, elaborate
 from tilefoundry.ir.types import (
     DimVar,
@@ -14,7 +15,7 @@ from tilefoundry.ir.types import (
     make_tensor_type,
 )
 from tilefoundry.ir.types.shard import Broadcast, Partial, Split, make_mesh
-from tilefoundry.visitor_registry import TypeInferContext, register_typeinfer, typeinfer_call
+from tilefoundry.visitor_registry import TypeInferContext, typeinfer_call
 
 MESH = make_mesh((2, 4), names=("x", "y"))
 PLAIN = make_tensor_type((8, 16), f32)
@@ -23,17 +24,6 @@ COL_SPLIT = make_shard_tensor_type((8, 16), f32, mesh=MESH, attrs=(Broadcast(), 
 PARTIAL_Y = make_shard_tensor_type((8, 16), f32, mesh=MESH, attrs=(Broadcast(), Partial("sum")))
 S = DimVar("S", 1, 17)
 DYN = make_tensor_type((S, 4), f32)
-
-
-class Ident(Op):
-    """A pass-through op: its rule returns the argument's type, layout and all."""
-
-    x = ParamDef("input")
-
-
-@register_typeinfer(Ident)
-def _ident(op, arg_types, ctx):
-    return arg_types[0]
 
 
 def unary(param_type=PLAIN, name="f"):

@@ -2,8 +2,9 @@
 
 import pytest
 
+from support.toy_ops import Ident, Pick
 from tilefoundry.errors import VerifyError
-from tilefoundry.ir.core import Call, Constant, Op, ParamDef, SourceSpan, Var
+from tilefoundry.ir.core import Call, Constant, SourceSpan, Var
 from tilefoundry.ir.hir import Function, GridRegionExpr, elaborate, make_grid_region
 from tilefoundry.ir.hir.grid_region import INDUCTION_TYPE
 from tilefoundry.ir.types import (
@@ -16,35 +17,11 @@ from tilefoundry.ir.types import (
     make_tensor_type,
 )
 from tilefoundry.ir.types.shard import Partial, Split, make_mesh
-from tilefoundry.visitor_registry import TypeInferContext, register_typeinfer
+from tilefoundry.visitor_registry import TypeInferContext
 
 ACC = make_tensor_type((4,), f32)
 IDX = make_tensor_type((4,), i32)
 SPAN = SourceSpan("loop.py", 8, 5)
-
-
-class Ident(Op):
-    x = ParamDef("input")
-
-
-class Pick(Op):
-    """Test-only tuple projection (the real TupleGetItem lives in the op catalog)."""
-
-    t = ParamDef("input")
-    index = ParamDef("attribute", int)
-
-
-@register_typeinfer(Ident)
-def _ident(op, arg_types, ctx):
-    return arg_types[0]
-
-
-@register_typeinfer(Pick)
-def _pick(op, arg_types, ctx):
-    (tuple_type,) = arg_types
-    if not isinstance(tuple_type, TupleType) or not 0 <= op.index < len(tuple_type.fields):
-        ctx.error(op, f"cannot pick field {op.index} of {tuple_type}")
-    return tuple_type.fields[op.index]
 
 
 def loop(phis, inits, yields, body=None, **dims):
