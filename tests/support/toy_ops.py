@@ -10,7 +10,7 @@ from __future__ import annotations
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.types import TensorType, TupleType
 from tilefoundry.ir.types.shard import ShardLayout
-from tilefoundry.visitor_registry import register_typeinfer
+from tilefoundry.visitor_registry import register_stablehlo, register_typeinfer
 
 
 class Ident(Op):
@@ -65,3 +65,18 @@ def _pick(op, arg_types, ctx):
 def _relayout(op, arg_types, ctx):
     (x,) = arg_types
     return TensorType(x.shape, x.dtype, op.layout, x.storage)
+
+
+@register_stablehlo(Ident)
+def _ident_stablehlo(op, operands, arg_types, out_type, lw):
+    return operands[0]
+
+
+@register_stablehlo(Add)
+def _add_stablehlo(op, operands, arg_types, out_type, lw):
+    return lw.elementwise("add", operands, out_type)
+
+
+@register_stablehlo(Pick)
+def _pick_stablehlo(op, operands, arg_types, out_type, lw):
+    return operands[0][op.index]

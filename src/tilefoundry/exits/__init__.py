@@ -1,0 +1,1 @@
+"""Exits: where HIR leaves the compiler (StableHLO text, XLA execution, IREE)."""

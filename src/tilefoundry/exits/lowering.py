@@ -1,0 +1,174 @@
+"""The per-function emission state that op lowering rules write into.
+
+An op's StableHLO rule (registered in the op's own module with `register_stablehlo`) has the
+signature `rule(op, operands, arg_types, out_type, lw) -> Lowered`, where `operands` are the
+already-lowered SSA names of the Call's arguments (a tuple-typed value lowers to a tuple of names)
+and `lw` is the `Lowering` below. The helpers here spell the common StableHLO forms once, so a
+rule is usually one line; every helper returns the new SSA name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from tilefoundry.errors import UnsupportedError
+from tilefoundry.exits.mlir_text import dense_literal, element_type, static_shape, tensor_type
+from tilefoundry.ir.types import DType, StorageKind, TensorType, Type
+
+Lowered = str | tuple["Lowered", ...]
+
+
+class Lowering:
+    """One function body (or one region block) being written as StableHLO text."""
+
+    def __init__(self, bindings: Mapping[Any, int] | None, counter: list[int], indent: int = 2):
+        self.bindings = bindings
+        self.lines: list[str] = []
+        self._counter = counter  # shared by nested regions so SSA names stay unique per function
+        self.indent = indent
+
+    # ---- names and text -----------------------------------------------------------------------
+
+    def fresh(self) -> str:
+        self._counter[0] += 1
+        return f"%{self._counter[0] - 1}"
+
+    def line(self, text: str) -> None:
+        self.lines.append(" " * self.indent + text)
+
+    def op(self, text: str, results: int = 1) -> Lowered:
+        """Append `%n = text` (or `%n:k = text`) and return the result name(s)."""
+        name = self.fresh()
+        if results == 1:
+            self.line(f"{name} = {text}")
+            return name
+        self.line(f"{name}:{results} = {text}")
+        return tuple(f"{name}#{i}" for i in range(results))
+
+    def type(self, type_: TensorType) -> str:
+        return tensor_type(type_, self.bindings)
+
+    def shape(self, type_: TensorType) -> tuple[int, ...]:
+        return static_shape(type_, self.bindings)
+
+    def child(self, extra_indent: int = 2) -> Lowering:
+        return Lowering(self.bindings, self._counter, self.indent + extra_indent)
+
+    # ---- common forms ---------------------------------------------------------------------------
+
+    def constant(self, value: Any, dtype: DType, shape: Sequence[int] = ()) -> str:
+        array = np.broadcast_to(np.asarray(value), tuple(shape))
+        type_ = self.type(TensorType(tuple(shape), dtype, storage=StorageKind.UMAT))
+        return self.op(f"stablehlo.constant {dense_literal(array, dtype)} : {type_}")
+
+    def elementwise(self, name: str, operands: Sequence[str], out_type: TensorType) -> str:
+        """`stablehlo.<name>` over same-typed operands (the pretty one-type form)."""
+        return self.op(f"stablehlo.{name} {', '.join(operands)} : {self.type(out_type)}")
+
+    def unary_to(self, name: str, x: str, in_type: TensorType, out_type: TensorType) -> str:
+        return self.op(f"stablehlo.{name} {x} : ({self.type(in_type)}) -> {self.type(out_type)}")
+
+    def convert(self, x: str, in_type: TensorType, out_type: TensorType) -> str:
+        if in_type.dtype == out_type.dtype:
+            return x
+        return self.unary_to("convert", x, in_type, out_type)
+
+    def compare(
+        self, direction: str, lhs: str, rhs: str, in_type: TensorType, out_type: TensorType
+    ) -> str:
+        dtype = in_type.dtype
+        kind = (
+            "FLOAT"
+            if dtype.is_float
+            else "UNSIGNED"
+            if dtype.is_unsigned or dtype.is_bool
+            else "SIGNED"
+        )
+        operand = self.type(in_type)
+        return self.op(
+            f"stablehlo.compare {direction}, {lhs}, {rhs}, {kind} : "
+            f"({operand}, {operand}) -> {self.type(out_type)}"
+        )
+
+    def select(
+        self, pred: str, on_true: str, on_false: str, pred_type: TensorType, out_type: TensorType
+    ) -> str:
+        return self.op(
+            f"stablehlo.select {pred}, {on_true}, {on_false} : "
+            f"{self.type(pred_type)}, {self.type(out_type)}"
+        )
+
+    def broadcast_in_dim(
+        self, x: str, dims: Sequence[int], in_type: TensorType, out_type: TensorType
+    ) -> str:
+        if self.shape(in_type) == self.shape(out_type) and list(dims) == list(range(len(dims))):
+            return x
+        return self.op(
+            f"stablehlo.broadcast_in_dim {x}, dims = [{', '.join(map(str, dims))}] : "
+            f"({self.type(in_type)}) -> {self.type(out_type)}"
+        )
+
+    def reshape(self, x: str, in_type: TensorType, out_type: TensorType) -> str:
+        if self.shape(in_type) == self.shape(out_type):
+            return x
+        return self.unary_to("reshape", x, in_type, out_type)
+
+    def transpose(
+        self, x: str, perm: Sequence[int], in_type: TensorType, out_type: TensorType
+    ) -> str:
+        if list(perm) == list(range(len(perm))):
+            return x
+        return self.op(
+            f"stablehlo.transpose {x}, dims = [{', '.join(map(str, perm))}] : "
+            f"({self.type(in_type)}) -> {self.type(out_type)}"
+        )
+
+    def reduce(
+        self,
+        x: str,
+        init: str,
+        dims: Sequence[int],
+        combiner: str,
+        in_type: TensorType,
+        out_type: TensorType,
+    ) -> str:
+        """A reduce whose body is one commutative binary op (`add`, `maximum`, ...)."""
+        scalar = self.type(TensorType((), in_type.dtype))
+        return self.op(
+            f"stablehlo.reduce({x} init: {init}) applies stablehlo.{combiner} across "
+            f"dimensions = [{', '.join(map(str, dims))}] : ({self.type(in_type)}, {scalar}) -> "
+            f"{self.type(out_type)}"
+        )
+
+    def dot_general(
+        self,
+        lhs: str,
+        rhs: str,
+        *,
+        batch: tuple[Sequence[int], Sequence[int]],
+        contract: tuple[Sequence[int], Sequence[int]],
+        lhs_type: TensorType,
+        rhs_type: TensorType,
+        out_type: TensorType,
+    ) -> str:
+        def dims(pair: tuple[Sequence[int], Sequence[int]]) -> str:
+            left, right = pair
+            return f"[{', '.join(map(str, left))}] x [{', '.join(map(str, right))}]"
+
+        batching = f"batching_dims = {dims(batch)}, " if batch[0] else ""
+        return self.op(
+            f"stablehlo.dot_general {lhs}, {rhs}, {batching}contracting_dims = {dims(contract)} "
+            f": ({self.type(lhs_type)}, {self.type(rhs_type)}) -> {self.type(out_type)}"
+        )
+
+    def unsupported(self, op_name: str, why: str) -> UnsupportedError:
+        return UnsupportedError(f"{op_name}: the StableHLO exit cannot express this: {why}")
+
+
+def scalar_type_of(type_: Type) -> str:
+    if not isinstance(type_, TensorType):
+        raise UnsupportedError(f"StableHLO exit: {type_} is not a tensor")
+    return f"tensor<{element_type(type_.dtype)}>"

@@ -1,0 +1,149 @@
+"""Spelling IR types and literals as StableHLO text, shared by the emitter and op lowering rules.
+
+The emitter writes text, not MLIR objects, so it needs no jax at import time (DESIGN §5); jaxlib
+only checks the result. Everything the text cannot express fails closed with UnsupportedError:
+a symbolic extent the caller did not bind, a dtype StableHLO lacks, a physical layout that is not
+the logical row-major order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from tilefoundry.errors import UnsupportedError
+from tilefoundry.ir.types import DType, TensorType, TupleType, Type, is_static, resolve_dim
+from tilefoundry.ir.types.shard import Layout, ShardLayout
+
+_ELEMENT_TYPES = {
+    "bool": "i1",
+    "i8": "i8",
+    "i16": "i16",
+    "i32": "i32",
+    "i64": "i64",
+    "u8": "ui8",
+    "u16": "ui16",
+    "u32": "ui32",
+    "u64": "ui64",
+    "f16": "f16",
+    "bf16": "bf16",
+    "f32": "f32",
+    "f64": "f64",
+    "fp8e4m3": "f8E4M3FN",
+    "f8e8m0": "f8E8M0FNU",
+    "f4e2m1": "f4E2M1FN",
+}
+"""DType name -> StableHLO element type. This is the exit's dtype support table (DESIGN §4.9)."""
+
+
+def element_type(dtype: DType) -> str:
+    try:
+        return _ELEMENT_TYPES[dtype.name]
+    except KeyError:
+        raise UnsupportedError(
+            f"StableHLO exit: dtype {dtype.name} has no StableHLO type"
+        ) from None
+
+
+def static_shape(type_: TensorType, bindings: Mapping[Any, int] | None = None) -> tuple[int, ...]:
+    """The concrete extents of `type_`, resolving DimVars through `bindings` (run_xla passes the
+    call's argument shapes; the emitted module is always static)."""
+    dims = []
+    for dim in type_.shape:
+        if is_static(dim):
+            dims.append(int(dim))
+        elif bindings:
+            dims.append(int(resolve_dim(dim, bindings)))
+        else:
+            raise UnsupportedError(
+                f"StableHLO exit: extent {dim} is symbolic; emit with concrete shapes "
+                "(run_xla binds them from the arguments)"
+            )
+    return tuple(dims)
+
+
+def check_logical_layout(type_: TensorType, what: str) -> None:
+    """SFEP §3.7 / DESIGN §6: StableHLO has no physical layout, so only the default row-major
+    order (or no layout) is expressible here; a sharded value belongs to the SPMD exit."""
+    layout = type_.layout
+    if layout is None:
+        return
+    if isinstance(layout, ShardLayout):
+        raise UnsupportedError(
+            f"StableHLO exit: {what} is sharded ({layout.attrs}); the single-device exit takes "
+            "unsharded programs (use the SPMD exit for meshes)"
+        )
+    if isinstance(layout, Layout) and layout.stride is None:
+        return
+    shape = type_.shape
+    row_major = Layout(shape, _c_order(shape)) if all(is_static(d) for d in shape) else None
+    if row_major is None or layout != row_major:
+        raise UnsupportedError(
+            f"StableHLO exit: {what} has physical layout {layout}, which is not the logical "
+            "row-major order and cannot be expressed in StableHLO; insert a transpose or reshard "
+            "to the default layout before this exit"
+        )
+
+
+def _c_order(shape: tuple) -> tuple[int, ...]:
+    strides, running = [], 1
+    for extent in reversed(shape):
+        strides.append(running)
+        running *= int(extent)
+    return tuple(reversed(strides))
+
+
+def tensor_type(type_: TensorType, bindings: Mapping[Any, int] | None = None) -> str:
+    dims = "x".join(str(d) for d in static_shape(type_, bindings))
+    elem = element_type(type_.dtype)
+    return f"tensor<{dims}x{elem}>" if dims else f"tensor<{elem}>"
+
+
+def flat_types(type_: Type, bindings: Mapping[Any, int] | None = None) -> list[str]:
+    """The StableHLO types a value of `type_` occupies: tuples are flattened, depth first."""
+    if isinstance(type_, TupleType):
+        return [t for field in type_.fields for t in flat_types(field, bindings)]
+    if isinstance(type_, TensorType):
+        return [tensor_type(type_, bindings)]
+    raise UnsupportedError(f"StableHLO exit: values of type {type_} have no StableHLO form")
+
+
+def scalar_literal(value: Any, dtype: DType) -> str:
+    """A scalar as a dense-attribute element: exact bit patterns for non-finite floats."""
+    if dtype.is_bool:
+        return "true" if bool(value) else "false"
+    if not dtype.is_float:
+        return str(int(value))
+    number = float(value)
+    if math.isfinite(number):
+        text = repr(number)  # shortest round-trip decimal; MLIR's float literal needs a '.'
+        if "." not in text:
+            text = text.replace("e", ".0e") if "e" in text else f"{text}.0"
+        return text
+    bits = np.array(number, dtype=np.dtype(dtype.to_numpy())).view(_uint_of(dtype))
+    width = dtype.bits // 4
+    return f"0x{int(bits):0{width}X}"
+
+
+def _uint_of(dtype: DType) -> np.dtype:
+    return np.dtype({8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[dtype.bits])
+
+
+def dense_literal(array: np.ndarray, dtype: DType) -> str:
+    """`dense<...>` for a numpy array: a splat when every element is equal, else nested lists."""
+    values = np.asarray(array)
+    flat = values.reshape(-1)
+    if flat.size and np.all(flat == flat[0]):
+        return f"dense<{scalar_literal(flat[0], dtype)}>"
+    if values.ndim == 0:
+        return f"dense<{scalar_literal(values.item(), dtype)}>"
+
+    def nested(a: np.ndarray) -> str:
+        if a.ndim == 1:
+            return "[" + ", ".join(scalar_literal(v, dtype) for v in a.tolist()) + "]"
+        return "[" + ", ".join(nested(sub) for sub in a) + "]"
+
+    return f"dense<{nested(values)}>"

@@ -1,0 +1,330 @@
+"""The StableHLO exit: HIR functions as version-pinned StableHLO text (SFEP-0053 §3.7).
+
+The emitter is pure Python text generation and imports no jax (DESIGN §5); jaxlib only validates
+and serialises its output (`tilefoundry.exits.jaxlib_tools`). Each op's lowering lives in the op's
+own module, registered with `register_stablehlo`; this engine walks the DAG, names SSA values,
+lowers functions, calls and loops, and asks the registry for everything else. What it cannot
+express it refuses with UnsupportedError naming the op (never a custom_call).
+
+Shapes must be concrete: a DimVar function is emitted per call shape, `bindings` mapping each
+DimVar to its extent (run_xla derives them from the arguments); a dispatch prototype is emitted as
+the variant those bindings select.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tilefoundry.errors import UnsupportedError
+from tilefoundry.exits.lowering import Lowered, Lowering
+from tilefoundry.exits.mlir_text import check_logical_layout, dense_literal, flat_types
+from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var
+from tilefoundry.ir.hir import Function, GridRegionExpr, select_variant
+from tilefoundry.ir.types import TensorType, TupleType, Type, i64, resolve_dim
+from tilefoundry.visitor_registry import STABLEHLO
+
+STABLEHLO_TARGET_VERSION = "1.13.0"
+"""The StableHLO version every emitted module is pinned to: recorded as a module attribute, and the
+version a portable artifact is serialised at. 1.13.0 is within jaxlib 0.10.2's 12-week
+compatibility window (its current version is 1.17.0) and covers every dtype this exit emits
+(f8E4M3FN needs >= 1.7, f4E2M1FN >= 1.8)."""
+
+VERSION_ATTRIBUTE = "tilefoundry.stablehlo_target"
+
+
+def _flatten(value: Lowered) -> list[str]:
+    if isinstance(value, tuple):
+        return [name for part in value for name in _flatten(part)]
+    return [value]
+
+
+def _regroup(names: list[str], type_: Type) -> Lowered:
+    """Inverse of `_flatten` for a value of `type_` (tuples nest as the type does)."""
+    if isinstance(type_, TupleType):
+        parts = []
+        for field in type_.fields:
+            width = len(flat_types(field))
+            parts.append(_regroup(names[:width], field))
+            names = names[width:]
+        return tuple(parts)
+    return names[0]
+
+
+def _reads(expr: Expr, memo: dict[Expr, frozenset[Var]]) -> frozenset[Var]:
+    if expr not in memo:
+        if isinstance(expr, Var):
+            memo[expr] = frozenset((expr,))
+        elif isinstance(expr, GridRegionExpr):
+            inner = frozenset().union(*(_reads(c, memo) for c in _children(expr)))
+            memo[expr] = inner - {expr.induction_var, *expr.carried_args}
+        else:
+            memo[expr] = frozenset().union(*(_reads(c, memo) for c in _children(expr)))
+    return memo[expr]
+
+
+def _children(expr: Expr) -> tuple[Expr, ...]:
+    if isinstance(expr, Call):
+        return expr.args
+    if isinstance(expr, Tuple):
+        return expr.elements
+    if isinstance(expr, GridRegionExpr):
+        return (*expr.init_args, expr.body, *expr.yield_values)
+    return ()
+
+
+class _FunctionEmitter:
+    """Lowers one Function body; callees are queued on the module emitter."""
+
+    def __init__(self, module: _ModuleEmitter, lowering: Lowering):
+        self.module = module
+        self.lw = lowering
+        self.values: dict[Expr, Lowered] = {}
+        self.reads_memo: dict[Expr, frozenset[Var]] = {}
+
+    def lower(self, root: Expr) -> Lowered:
+        stack: list[tuple[Expr, bool]] = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in self.values:
+                continue
+            if isinstance(node, GridRegionExpr):
+                pending = [i for i in node.init_args if i not in self.values]
+                if pending and not expanded:
+                    stack.append((node, True))
+                    stack.extend((i, False) for i in reversed(pending))
+                    continue
+                self.values[node] = self.lower_loop(node)
+                continue
+            if not expanded:
+                stack.append((node, True))
+                stack.extend((c, False) for c in reversed(_children(node)) if c not in self.values)
+                continue
+            self.values[node] = self.lower_node(node)
+        return self.values[root]
+
+    def lower_node(self, node: Expr) -> Lowered:
+        if isinstance(node, Var):
+            raise UnsupportedError(f"StableHLO exit: Var '{node.name}' is used outside its scope")
+        if isinstance(node, Constant):
+            return self.lower_constant(node)
+        if isinstance(node, Tuple):
+            return tuple(self.values[e] for e in node.elements)
+        if isinstance(node, Call) and isinstance(node.target, Function):
+            return self.lower_call(node)
+        if isinstance(node, Call) and isinstance(node.target, Op):
+            return self.lower_op(node)
+        rule = STABLEHLO.lookup(type(node))  # e.g. FusionRegion registers its own lowering
+        return rule(node, self)
+
+    def lower_constant(self, node: Constant) -> str:
+        type_ = node.type
+        check_logical_layout(type_, "a constant")
+        text = dense_literal(node.value, type_.dtype)
+        return self.lw.op(f"stablehlo.constant {text} : {self.lw.type(type_)}")
+
+    def lower_op(self, call: Call) -> Lowered:
+        op = call.target
+        arg_types = tuple(a.type for a in call.args)
+        for i, t in enumerate(arg_types):
+            if isinstance(t, TensorType):
+                check_logical_layout(t, f"{type(op).__name__} operand {i}")
+        if isinstance(call.type, TensorType):
+            check_logical_layout(call.type, f"the result of {type(op).__name__}")
+        rule = STABLEHLO.lookup(type(op))
+        operands = tuple(self.values[a] for a in call.args)
+        return rule(op, operands, arg_types, call.type, self.lw)
+
+    def lower_call(self, call: Call) -> Lowered:
+        symbol = self.module.symbol_for(call.target, self.lw.bindings)
+        args = [name for a in call.args for name in _flatten(self.values[a])]
+        arg_types = [t for a in call.args for t in flat_types(a.type, self.lw.bindings)]
+        results = flat_types(call.type, self.lw.bindings)
+        signature = f"({', '.join(arg_types)}) -> ({', '.join(results)})"
+        names = self.lw.op(f"func.call @{symbol}({', '.join(args)}) : {signature}", len(results))
+        return _regroup(_flatten(names), call.type)
+
+    def lower_loop(self, loop: GridRegionExpr) -> Lowered:
+        """`stablehlo.while` over (induction, carries..., captures...): every outer value the body
+        reads is threaded through as an unchanged carry, so the regions capture nothing."""
+        lw = self.lw
+        local = {loop.induction_var, *loop.carried_args}
+        for value in (loop.body, *loop.yield_values):
+            self._hoist_invariants(value, local)
+        captures = self._captures(loop, local)
+        bounds = [
+            int(resolve_dim(d, lw.bindings or {})) for d in (loop.start, loop.extent, loop.step)
+        ]
+        index_type = lw.type(TensorType((), i64))
+        start = lw.constant(bounds[0], i64)
+        carries = [self.values[i] for i in loop.init_args]
+        init_names = [start, *(n for c in carries for n in _flatten(c)), *(n for _, n in captures)]
+        types = [index_type]
+        types += [t for phi in loop.carried_args for t in flat_types(phi.type, lw.bindings)]
+        types += [t for c, _ in captures for t in flat_types(c.type, lw.bindings)]
+        block_args = [lw.fresh() for _ in types]
+        signature = ", ".join(f"{a}: {t}" for a, t in zip(block_args, types, strict=True))
+        all_types = ", ".join(types)
+
+        cond = lw.child(4)
+        stop = cond.constant(bounds[1], i64)
+        pred = cond.op(
+            f"stablehlo.compare LT, {block_args[0]}, {stop}, SIGNED : "
+            f"({index_type}, {index_type}) -> tensor<i1>"
+        )
+        cond.line(f'"stablehlo.return"({pred}) : (tensor<i1>) -> ()')
+
+        body_lw = lw.child(4)
+        inner = _FunctionEmitter(self.module, body_lw)
+        names = block_args[1:]
+        inner.values[loop.induction_var] = block_args[0]
+        for phi in loop.carried_args:
+            width = len(flat_types(phi.type, lw.bindings))
+            inner.values[phi] = _regroup(names[:width], phi.type)
+            names = names[width:]
+        for expr, _ in captures:
+            width = len(flat_types(expr.type, lw.bindings))
+            inner.values[expr] = _regroup(names[:width], expr.type)
+            names = names[width:]
+        inner.lower(loop.body)
+        yields = [n for y in loop.yield_values for n in _flatten(inner.lower(y))]
+        step = body_lw.constant(bounds[2], i64)
+        following = body_lw.op(f"stablehlo.add {block_args[0]}, {step} : {index_type}")
+        returned = [following, *yields, *(block_args[len(block_args) - len(captures) :])]
+        body_lw.line(f'"stablehlo.return"({", ".join(returned)}) : ({all_types}) -> ()')
+
+        results = lw.op(
+            f'"stablehlo.while"({", ".join(init_names)}) ({{\n'
+            + f"{' ' * (lw.indent + 2)}^bb0({signature}):\n"
+            + "\n".join(cond.lines)
+            + f"\n{' ' * lw.indent}}}, {{\n"
+            + f"{' ' * (lw.indent + 2)}^bb0({signature}):\n"
+            + "\n".join(body_lw.lines)
+            + f"\n{' ' * lw.indent}}}) : ({all_types}) -> ({all_types})",
+            len(types),
+        )
+        results = _flatten(results)
+        carried = results[1 : len(results) - len(captures)]
+        if not loop.carried_args:
+            return ()
+        if len(loop.carried_args) == 1:
+            return _regroup(carried, loop.carried_args[0].type)
+        return _regroup(carried, TupleType(tuple(p.type for p in loop.carried_args)))
+
+    def _hoist_invariants(self, root: Expr, local: set[Var]) -> None:
+        """Lower, before the loop, every body value that reads none of the loop's variables."""
+        stack, seen = [root], set()
+        order: list[Expr] = []
+        while stack:
+            node = stack.pop()
+            if node in seen or node in self.values:
+                continue
+            seen.add(node)
+            if isinstance(node, Var) or _reads(node, self.reads_memo) & local:
+                if not isinstance(node, Var | GridRegionExpr):
+                    stack.extend(_children(node))
+                continue
+            order.append(node)
+        for node in order:
+            self.lower(node)
+
+    def _captures(self, loop: GridRegionExpr, local: set[Var]) -> list[tuple[Expr, Lowered]]:
+        """Outer values (already lowered) that the loop body reads."""
+        found: dict[Expr, Lowered] = {}
+        stack, seen = [loop.body, *loop.yield_values], set()
+        while stack:
+            node = stack.pop()
+            if node in seen or node in local:
+                continue
+            seen.add(node)
+            if node in self.values:
+                found[node] = self.values[node]
+                continue
+            if isinstance(node, GridRegionExpr):
+                stack.extend(node.init_args)
+                stack.extend(v for v in (node.body, *node.yield_values))
+                continue
+            stack.extend(_children(node))
+        return sorted(found.items(), key=lambda item: _flatten(item[1]))
+
+
+class _ModuleEmitter:
+    """Collects the functions of one module: entries first, then callees in first-call order."""
+
+    def __init__(self) -> None:
+        self.symbols: dict[tuple[int, Any], str] = {}
+        self.queue: list[tuple[Function, Mapping[Any, int] | None, str]] = []
+        self.taken: set[str] = set()
+
+    def symbol_for(self, fn: Function, bindings: Mapping[Any, int] | None) -> str:
+        key = (id(fn), tuple(sorted((str(k), v) for k, v in (bindings or {}).items())))
+        if key not in self.symbols:
+            symbol, suffix = fn.name, 1
+            while symbol in self.taken or symbol == "main":
+                symbol, suffix = f"{fn.name}_{suffix}", suffix + 1
+            self.taken.add(symbol)
+            self.symbols[key] = symbol
+            self.queue.append((fn, bindings, symbol))
+        return self.symbols[key]
+
+    def emit_function(self, fn: Function, bindings, symbol: str, visibility: str) -> list[str]:
+        if fn.body is None:
+            fn = select_variant(fn, bindings=dict(bindings or {}))
+        for p in fn.params:
+            if isinstance(p.type, TensorType):
+                check_logical_layout(p.type, f"parameter '{p.name}' of {fn.name}")
+        lw = Lowering(bindings, [0], indent=4)
+        emitter = _FunctionEmitter(self, lw)
+        params = []
+        for i, p in enumerate(fn.params):
+            types = flat_types(p.type, bindings)
+            names = [f"%arg{i}_{k}" if len(types) > 1 else f"%arg{i}" for k in range(len(types))]
+            emitter.values[p] = _regroup(names, p.type)
+            params += [f"{n}: {t}" for n, t in zip(names, types, strict=True)]
+        result = _flatten(emitter.lower(fn.body))
+        result_types = flat_types(fn.body.type, bindings)
+        lw.line(f"return {', '.join(result)} : {', '.join(result_types)}")
+        signature = f"({', '.join(params)}) -> ({', '.join(result_types)})"
+        head = f"  func.func {visibility} @{symbol}{signature} {{"
+        return [head, *lw.lines, "  }"]
+
+    def emit(self, entries: list[tuple[Function, str]], bindings, name: str) -> str:
+        for _, symbol in entries:
+            self.taken.add(symbol)
+        lines = [
+            f'module @{name} attributes {{{VERSION_ATTRIBUTE} = "{STABLEHLO_TARGET_VERSION}"}} {{'
+        ]
+        for fn, symbol in entries:
+            lines += self.emit_function(fn, bindings, symbol, "public")
+        done = 0
+        while done < len(self.queue):
+            fn, fn_bindings, symbol = self.queue[done]
+            lines += self.emit_function(fn, fn_bindings, symbol, "private")
+            done += 1
+        return "\n".join([*lines, "}"]) + "\n"
+
+
+def emit_stablehlo(
+    obj: Function | Module,
+    *,
+    bindings: Mapping[Any, int] | None = None,
+    portable: bool = False,
+) -> str | bytes:
+    """StableHLO text for a Function (as `@main`) or a Module (each function public under its own
+    name); `portable=True` returns the VHLO portable artifact at STABLEHLO_TARGET_VERSION."""
+    emitter = _ModuleEmitter()
+    if isinstance(obj, Module):
+        text = emitter.emit([(fn, fn.name) for fn in obj.functions], bindings, obj.name)
+    elif isinstance(obj, Function):
+        text = emitter.emit([(obj, "main")], bindings, _module_name(obj.name))
+    else:
+        raise UnsupportedError(f"emit_stablehlo: expected a Function or Module, got {obj!r}")
+    if not portable:
+        return text
+    from tilefoundry.exits.jaxlib_tools import serialize_portable
+
+    return serialize_portable(text)
+
+
+def _module_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "tilefoundry"

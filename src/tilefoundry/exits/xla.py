@@ -1,0 +1,98 @@
+"""Run HIR functions on XLA through jaxlib: emit StableHLO, compile once per shape, execute.
+
+`run_xla(fn, *arrays)` binds DimVars from the argument shapes (selecting a dispatch variant),
+emits and compiles the module for those concrete shapes, caches the executable per (function,
+shapes, dtypes), and returns numpy results shaped like the function's return type (a tuple return
+gives a tuple). Sharded functions belong to the SPMD path and are refused here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tilefoundry.errors import EvalError, UnsupportedError
+from tilefoundry.ir.hir import Function
+from tilefoundry.ir.types import TensorType, TupleType, is_static
+
+_EXECUTABLES: dict[tuple, Any] = {}
+
+
+def _bind_dims(fn: Function, arrays: tuple[np.ndarray, ...]) -> dict[str, int]:
+    if len(arrays) != len(fn.params):
+        raise EvalError(f"run_xla: {fn.name} takes {len(fn.params)} arguments, got {len(arrays)}")
+    bindings: dict[str, int] = {}
+    for param, array in zip(fn.params, arrays, strict=True):
+        type_ = param.type
+        if not isinstance(type_, TensorType):
+            raise UnsupportedError(f"run_xla: parameter '{param.name}' is not a tensor")
+        if np.ndim(array) != len(type_.shape):
+            raise EvalError(
+                f"run_xla: parameter '{param.name}' expects rank {len(type_.shape)}, got shape "
+                f"{np.shape(array)}"
+            )
+        for axis, (dim, extent) in enumerate(zip(type_.shape, np.shape(array), strict=True)):
+            if is_static(dim):
+                if int(dim) != extent:
+                    raise EvalError(
+                        f"run_xla: parameter '{param.name}' axis {axis} must be {dim}, got {extent}"
+                    )
+                continue
+            name = getattr(dim, "name", None)
+            if name is None:
+                raise UnsupportedError(
+                    f"run_xla: parameter '{param.name}' axis {axis} is the expression {dim}; "
+                    "only plain DimVars bind from argument shapes"
+                )
+            if bindings.setdefault(name, extent) != extent:
+                raise EvalError(f"run_xla: DimVar {name} is bound to {bindings[name]} and {extent}")
+    return bindings
+
+
+def _compile(text: str):
+    from jax.extend import backend
+
+    cpu = backend.get_backend("cpu")
+    options = backend.get_compile_options(num_replicas=1, num_partitions=1)
+    return cpu.compile_and_load(text, cpu.devices()[:1], options)
+
+
+def compiled_text(fn: Function, *arrays: np.ndarray) -> str:
+    """The StableHLO text run_xla compiles for these arguments."""
+    from tilefoundry.exits.stablehlo import emit_stablehlo
+
+    return emit_stablehlo(fn, bindings=_bind_dims(fn, arrays) or None)
+
+
+def run_xla(fn: Function, *arrays: Any, devices: int | None = None) -> Any:
+    if devices not in (None, 1):
+        raise UnsupportedError(
+            "run_xla: multi-device execution takes a sharded function (the SPMD exit)"
+        )
+    import jax
+
+    arrays = tuple(np.asarray(a) for a in arrays)
+    key = (id(fn), tuple((a.shape, a.dtype.str) for a in arrays))
+    executable = _EXECUTABLES.get(key)
+    if executable is None:
+        executable = _EXECUTABLES[key] = (fn, _compile(compiled_text(fn, *arrays)))
+    device = jax.devices("cpu")[0]
+    outputs = executable[1].execute([jax.device_put(a, device) for a in arrays])
+    flat = [np.asarray(o) for o in outputs]
+    return _structure(flat, fn.body.type if fn.body is not None else fn.return_type)
+
+
+def _structure(flat: list[np.ndarray], type_: Any) -> Any:
+    if isinstance(type_, TupleType):
+        out = []
+        for field in type_.fields:
+            width = _width(field)
+            out.append(_structure(flat[:width], field))
+            flat = flat[width:]
+        return tuple(out)
+    return flat[0]
+
+
+def _width(type_: Any) -> int:
+    return sum(_width(f) for f in type_.fields) if isinstance(type_, TupleType) else 1
