@@ -20,6 +20,7 @@ Rule conventions (every op module follows them):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -128,11 +129,24 @@ def propagate(
 ) -> ShardLayout | None:
     """The output ShardLayout from the shared engine (semantic-analysis §3.2), errors prefixed
     with the op's name so the user sees which op refused."""
-    relations = relations if relations is not None else relations_of(op, arg_types)
     try:
+        if relations is None:
+            return _propagate_memo(op, tuple(arg_types), tuple(out_shape), _freeze(controls))
         return derive_output_shard_layout(tuple(arg_types), relations, tuple(out_shape), **controls)
     except VerifyError as err:
         raise VerifyError(f"{op_name(op)}: {err.message}") from None
+
+
+def _freeze(controls: dict[str, Any]) -> tuple:
+    return tuple(sorted(controls.items()))
+
+
+@lru_cache(maxsize=4096)
+def _propagate_memo(op: Op, arg_types: tuple, out_shape: tuple, controls: tuple):
+    """Propagation is a pure function of (op, operand types, output shape, controls), all
+    hashable values, so a program that repeats one op on one shape pays for it once."""
+    relations = relations_of(op, arg_types)
+    return derive_output_shard_layout(arg_types, relations, out_shape, **dict(controls))
 
 
 def result_storage(op: Op, arg_types: Iterable[Type]) -> StorageKind:

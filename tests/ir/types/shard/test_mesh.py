@@ -119,7 +119,7 @@ def test_shape_rank_axes():
     mesh = mesh_2x4()
     assert (mesh.shape, mesh.rank) == ((2, 4), 2)
     assert mesh.axes == (MeshAxis(mesh, 0, 2), MeshAxis(mesh, 1, 4))
-    assert mesh.x is not mesh.axes[0] and mesh.x == mesh.axes[0]
+    assert mesh.x == mesh.axes[0]
     assert (mesh.y.mesh, mesh.y.index, mesh.y.size, mesh.y.name) == (mesh, 1, 4, "y")
 
 
