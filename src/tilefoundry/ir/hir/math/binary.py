@@ -1,0 +1,273 @@
+"""Binary: the kind-tagged pointwise binary op (hir §1.3 ir/hir/math, DESIGN §4.6, §4.10).
+
+Torch broadcasting is accepted here and made explicit later by `legalize`; dtypes never promote.
+The one tolerance is the compile-time scalar the authoring surface leaves behind: a Python float
+arrives as a rank-0 umat f32 literal and takes the other operand's float dtype (hir §1.3 Binary,
+parser §1.9); a Python int stays i64, so it must already match.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+
+import numpy as np
+
+from tilefoundry.errors import EvalError, VerifyError
+from tilefoundry.ir.core import Op, ParamDef
+from tilefoundry.ir.hir.op_support import (
+    completion_remedy,
+    compute_in_f32,
+    mesh_axis_label,
+    op_name,
+    partial_axes,
+    propagate,
+    refuse_partials,
+    result_storage,
+    same_dtype,
+    tensor_operands,
+)
+from tilefoundry.ir.types import DType, StorageKind, TensorType, bool_, f32
+from tilefoundry.visitor_registry import (
+    register_access_relation,
+    register_eval,
+    register_surface,
+    register_typeinfer,
+)
+from tilefoundry.visitor_registry.access_relation import broadcast_shapes, elementwise_relations
+
+
+class BinaryKind(enum.Enum):
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    FLOOR_DIV = "floor_div"
+    MOD = "mod"
+    MIN = "min"
+    MAX = "max"
+    EQ = "eq"
+    NE = "ne"
+    LT = "lt"
+    LE = "le"
+    GT = "gt"
+    GE = "ge"
+    AND = "and"
+    OR = "or"
+
+
+_COMPARISONS = frozenset(
+    {BinaryKind.EQ, BinaryKind.NE, BinaryKind.LT, BinaryKind.LE, BinaryKind.GT, BinaryKind.GE}
+)
+_LOGICAL = frozenset({BinaryKind.AND, BinaryKind.OR})
+_INTEGER_DIVISIONS = frozenset({BinaryKind.FLOOR_DIV, BinaryKind.MOD})
+
+
+class Binary(Op):
+    """Kind-tagged pointwise binary operation; produces a Tensor."""
+
+    lhs = ParamDef("input")
+    rhs = ParamDef("input")
+    kind = ParamDef("attribute", BinaryKind)
+
+
+def broadcast_operand_shapes(op: Op, operands: Sequence[tuple[str, TensorType]]) -> tuple:
+    """The torch broadcast of the operands' shapes, refused in the op's name when they clash."""
+    try:
+        return broadcast_shapes(*(t.shape for _, t in operands))
+    except VerifyError:
+        shapes = ", ".join(f"'{name}' {list(t.shape)}" for name, t in operands)
+        raise VerifyError(
+            f"{op_name(op)}: operand shapes do not broadcast ({shapes}); each axis, aligned from "
+            "the right, must be equal or 1 — insert broadcast_to or reshape first"
+        ) from None
+
+
+def _is_compile_time_scalar(type_: TensorType) -> bool:
+    return type_.rank == 0 and type_.storage == StorageKind.UMAT
+
+
+def _operand_dtype(op: Binary, lhs: TensorType, rhs: TensorType) -> DType:
+    """The shared operand dtype, admitting only the seed's float-scalar adoption."""
+    if lhs.dtype == rhs.dtype:
+        return lhs.dtype
+    for name, scalar, other in (("lhs", lhs, rhs), ("rhs", rhs, lhs)):
+        if not _is_compile_time_scalar(scalar):
+            continue
+        if scalar.dtype == f32 and other.dtype.is_float:
+            return other.dtype
+        if scalar.dtype.is_int:
+            raise VerifyError(
+                f"Binary: operand '{name}' is an integer literal ({scalar.dtype}) but the other "
+                f"operand is {other.dtype}; a Python integer is not given the other operand's "
+                f"dtype (hir §1.3 Binary) — write a constant of dtype {other.dtype} or cast"
+            )
+    return same_dtype(op, (("lhs", lhs), ("rhs", rhs)))
+
+
+def _check_kind_dtype(op: Binary, dtype: DType) -> None:
+    kind = op.kind
+    if kind in _LOGICAL:
+        if not dtype.is_bool:
+            raise VerifyError(
+                f"Binary: {kind.value} needs bool operands, got {dtype}; compare first "
+                "(e.g. cmp_ne(x, 0)) or cast(x, bool)"
+            )
+    elif kind in _COMPARISONS:
+        return
+    elif dtype.is_bool:
+        raise VerifyError(
+            f"Binary: {kind.value} is arithmetic and bool operands have no arithmetic; use "
+            "logical_and / logical_or, or cast to a numeric dtype"
+        )
+    elif kind == BinaryKind.DIV and not dtype.is_float:
+        raise VerifyError(
+            f"Binary: div is true division and the seed defines no integer div ({dtype} "
+            "operands); use floor_div, or cast the operands to a float dtype first"
+        )
+
+
+def _refuse_unlisted_partials(op: Binary, lhs: TensorType, rhs: TensorType) -> None:
+    """The seed's Partial table (hir §1.3 Binary; DESIGN §4.6): ADD and MUL only, else reject."""
+    operands = (("lhs", lhs), ("rhs", rhs))
+    pending = [name for name, type_ in operands if partial_axes(type_)]
+    kind = op.kind
+    if not pending:
+        return
+    if kind == BinaryKind.ADD and len(pending) == 2:
+        _refuse_double_partial_add(lhs, rhs)
+    elif kind == BinaryKind.ADD:
+        refuse_partials(
+            op,
+            operands,
+            allowed=("max", "min"),
+            why="add of a pending sum and a complete value is not a sum of addends "
+            "(sum(x) + b != sum(x + b)); only max/min survive adding a replicated value",
+        )
+    elif kind == BinaryKind.MUL and len(pending) == 2:
+        refuse_partials(
+            op,
+            (("rhs", rhs),),
+            why="'lhs' carries a Partial too, and mul of two pending values is not proven to "
+            "commute with any reduction",
+        )
+    elif kind == BinaryKind.MUL:
+        refuse_partials(
+            op,
+            operands,
+            allowed=("sum",),
+            why="mul by a replicated value distributes over sum only (its sign is not "
+            "provable, and a negative scale turns max into min)",
+        )
+    else:
+        refuse_partials(
+            op, operands, why=f"kind '{kind.value}' is not proven to commute with any reduction"
+        )
+
+
+def _refuse_double_partial_add(lhs: TensorType, rhs: TensorType) -> None:
+    """ADD of two Partials: the same mesh axes, each pending a sum (max(x)+max(y) != max(x+y))."""
+    named = {"lhs": lhs, "rhs": rhs}
+    for name, other in (("lhs", "rhs"), ("rhs", "lhs")):
+        layout, other_partials = named[name].layout, partial_axes(named[other])
+        for axis, reduction in partial_axes(named[name]).items():
+            if axis not in other_partials:
+                fact = (
+                    f"'{other}' is not Partial there; add of two Partials is proven only when "
+                    "they occupy the same mesh axes"
+                )
+            elif reduction != "sum":
+                fact = (
+                    "add of two Partials commutes only when both pend a sum "
+                    "(max(x) + max(y) != max(x + y))"
+                )
+            else:
+                continue
+            raise VerifyError(
+                f"Binary: operand '{name}' carries Partial({reduction}) on "
+                f"{mesh_axis_label(layout.mesh, axis)}, and {fact}; "
+                f"{completion_remedy(name, layout, axis)}"
+            )
+
+
+def _out_shape(op: Binary, lhs: TensorType, rhs: TensorType) -> tuple:
+    return broadcast_operand_shapes(op, (("lhs", lhs), ("rhs", rhs)))
+
+
+@register_typeinfer(Binary)
+def _typeinfer(op: Binary, arg_types, ctx) -> TensorType:
+    lhs, rhs = tensor_operands(op, arg_types)
+    dtype = _operand_dtype(op, lhs, rhs)
+    _check_kind_dtype(op, dtype)
+    _refuse_unlisted_partials(op, lhs, rhs)
+    out_shape = _out_shape(op, lhs, rhs)
+    layout = propagate(op, arg_types, out_shape)
+    out_dtype = bool_ if op.kind in _COMPARISONS else dtype
+    return TensorType(out_shape, out_dtype, layout, result_storage(op, arg_types))
+
+
+@register_access_relation(Binary)
+def _relation(op: Binary, arg_types):
+    lhs, rhs = tensor_operands(op, arg_types)
+    return elementwise_relations(2, _out_shape(op, lhs, rhs), (lhs.shape, rhs.shape))
+
+
+_KERNELS = {
+    BinaryKind.ADD: np.add,
+    BinaryKind.SUB: np.subtract,
+    BinaryKind.MUL: np.multiply,
+    BinaryKind.DIV: np.true_divide,
+    BinaryKind.FLOOR_DIV: np.floor_divide,
+    BinaryKind.MOD: np.mod,
+    BinaryKind.MIN: np.minimum,
+    BinaryKind.MAX: np.maximum,
+    BinaryKind.EQ: np.equal,
+    BinaryKind.NE: np.not_equal,
+    BinaryKind.LT: np.less,
+    BinaryKind.LE: np.less_equal,
+    BinaryKind.GT: np.greater,
+    BinaryKind.GE: np.greater_equal,
+    BinaryKind.AND: np.logical_and,
+    BinaryKind.OR: np.logical_or,
+}
+
+
+def _adopt_scalar_dtype(lhs: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Round a float literal to the other operand's dtype first, as the surface would have."""
+    if lhs.dtype == rhs.dtype:
+        return lhs, rhs
+    if lhs.ndim == 0 and lhs.dtype == np.float32:
+        return lhs.astype(rhs.dtype), rhs
+    return lhs, rhs.astype(lhs.dtype)
+
+
+@register_eval(Binary)
+def _eval(op: Binary, args, out_type: TensorType) -> np.ndarray:
+    lhs, rhs = _adopt_scalar_dtype(*(np.asarray(a) for a in args))
+    integer_division = op.kind in _INTEGER_DIVISIONS and rhs.dtype.kind in "iu"
+    if integer_division and np.any(np.broadcast_arrays(lhs, rhs)[1] == 0):
+        raise EvalError(f"Binary: integer {op.kind.value} by zero")
+    with np.errstate(all="ignore"):
+        return compute_in_f32(_KERNELS[op.kind], out_type.dtype, lhs, rhs)
+
+
+_SURFACE_NAMES = {
+    "add": BinaryKind.ADD,
+    "sub": BinaryKind.SUB,
+    "mul": BinaryKind.MUL,
+    "div": BinaryKind.DIV,
+    "floor_div": BinaryKind.FLOOR_DIV,
+    "mod": BinaryKind.MOD,
+    "minimum": BinaryKind.MIN,
+    "maximum": BinaryKind.MAX,
+    "cmp_eq": BinaryKind.EQ,
+    "cmp_ne": BinaryKind.NE,
+    "cmp_lt": BinaryKind.LT,
+    "cmp_le": BinaryKind.LE,
+    "cmp_gt": BinaryKind.GT,
+    "cmp_ge": BinaryKind.GE,
+    "logical_and": BinaryKind.AND,
+    "logical_or": BinaryKind.OR,
+}
+for _name, _kind in _SURFACE_NAMES.items():
+    register_surface(_name, Binary, kind=_kind)

@@ -1,0 +1,172 @@
+"""Unary: the kind-tagged pointwise unary op (hir §1.3 ir/hir/math).
+
+Which pending reductions each kind carries is the seed's table, stated once in `_COMMUTES`:
+monotone non-decreasing kinds commute with max/min, the linear neg with sum only (negation turns
+max into min, and the seed does not map one Partial to another), and the rest with nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+from tilefoundry.errors import VerifyError
+from tilefoundry.ir.core import Op, ParamDef
+from tilefoundry.ir.hir.op_support import (
+    compute_in_f32,
+    propagate,
+    refuse_partials,
+    result_storage,
+    tensor_operands,
+)
+from tilefoundry.ir.types import DType, TensorType
+from tilefoundry.visitor_registry import (
+    register_access_relation,
+    register_eval,
+    register_surface,
+    register_typeinfer,
+)
+from tilefoundry.visitor_registry.access_relation import elementwise_relations
+
+
+class UnaryKind(enum.Enum):
+    NEG = "neg"
+    ABS = "abs"
+    RSQRT = "rsqrt"
+    NOT = "not"
+    RELU = "relu"
+    SQUARE = "square"
+    EXP = "exp"
+    LOG = "log"
+    CEIL = "ceil"
+    ROUND = "round"
+    EXP2 = "exp2"
+    LOG2 = "log2"
+
+
+class Unary(Op):
+    """Kind-tagged pointwise unary operation; produces a Tensor."""
+
+    x = ParamDef("input")
+    kind = ParamDef("attribute", UnaryKind)
+
+
+_MONOTONE = frozenset(
+    {
+        UnaryKind.EXP,
+        UnaryKind.LOG,
+        UnaryKind.RELU,
+        UnaryKind.CEIL,
+        UnaryKind.ROUND,
+        UnaryKind.EXP2,
+        UnaryKind.LOG2,
+    }
+)
+
+# hir §1.3 Unary: the reductions each kind provably commutes with.
+_COMMUTES: dict[UnaryKind, frozenset[str]] = {
+    **{kind: frozenset({"max", "min"}) for kind in _MONOTONE},
+    UnaryKind.NEG: frozenset({"sum"}),
+}
+
+_FLOAT_ONLY = frozenset(
+    {UnaryKind.RSQRT, UnaryKind.EXP, UnaryKind.LOG, UnaryKind.EXP2, UnaryKind.LOG2}
+)
+_IDENTITY_ON_INTEGERS = frozenset({UnaryKind.CEIL, UnaryKind.ROUND})
+
+
+def _commutation_fact(kind: UnaryKind) -> str:
+    if kind in _MONOTONE:
+        return f"{kind.value} is monotone non-decreasing, so it commutes with max/min only"
+    if kind == UnaryKind.NEG:
+        return "neg is linear but reverses order, so it commutes with sum only"
+    return f"{kind.value} is not proven to commute with any reduction"
+
+
+def _check_dtype(op: Unary, dtype: DType) -> None:
+    kind = op.kind
+    if kind == UnaryKind.NOT:
+        if not dtype.is_bool:
+            raise VerifyError(
+                f"Unary: logical_not needs a bool operand, got {dtype}; compare first "
+                "(e.g. cmp_ne(x, 0))"
+            )
+    elif dtype.is_bool:
+        raise VerifyError(
+            f"Unary: {kind.value} is arithmetic and a bool operand has no arithmetic; use "
+            "logical_not, or cast to a numeric dtype"
+        )
+    elif kind in _FLOAT_ONLY and not dtype.is_float:
+        raise VerifyError(
+            f"Unary: {kind.value} needs a float operand, got {dtype}; there is no implicit "
+            "promotion, insert cast(x, f32)"
+        )
+
+
+@register_typeinfer(Unary)
+def _typeinfer(op: Unary, arg_types, ctx) -> TensorType:
+    (x,) = tensor_operands(op, arg_types)
+    _check_dtype(op, x.dtype)
+    refuse_partials(
+        op, (("x", x),), allowed=_COMMUTES.get(op.kind, ()), why=_commutation_fact(op.kind)
+    )
+    layout = propagate(op, arg_types, x.shape)
+    return TensorType(x.shape, x.dtype, layout, result_storage(op, arg_types))
+
+
+@register_access_relation(Unary)
+def _relation(op: Unary, arg_types):
+    (x,) = tensor_operands(op, arg_types)
+    return elementwise_relations(1, x.shape, (x.shape,))
+
+
+def _rsqrt(x: np.ndarray) -> np.ndarray:
+    return 1 / np.sqrt(x)
+
+
+def _relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, x.dtype.type(0))
+
+
+_KERNELS = {
+    UnaryKind.NEG: np.negative,
+    UnaryKind.ABS: np.abs,
+    UnaryKind.RSQRT: _rsqrt,
+    UnaryKind.NOT: np.logical_not,
+    UnaryKind.RELU: _relu,
+    UnaryKind.SQUARE: np.square,
+    UnaryKind.EXP: np.exp,
+    UnaryKind.LOG: np.log,
+    UnaryKind.CEIL: np.ceil,
+    UnaryKind.ROUND: np.rint,  # ties to even, as torch.round
+    UnaryKind.EXP2: np.exp2,
+    UnaryKind.LOG2: np.log2,
+}
+
+
+@register_eval(Unary)
+def _eval(op: Unary, args, out_type: TensorType) -> np.ndarray:
+    (x,) = (np.asarray(a) for a in args)
+    if op.kind in _IDENTITY_ON_INTEGERS and x.dtype.kind in "iu":
+        return x.copy()  # through a float the wide integers would lose precision
+    with np.errstate(all="ignore"):
+        return compute_in_f32(_KERNELS[op.kind], out_type.dtype, x)
+
+
+# DESIGN §3 surface names; `relu` is nn.ReLU's, so UnaryKind.RELU has no surface spelling here.
+_SURFACE_NAMES = {
+    "neg": UnaryKind.NEG,
+    "abs": UnaryKind.ABS,
+    "rsqrt": UnaryKind.RSQRT,
+    "logical_not": UnaryKind.NOT,
+    "square": UnaryKind.SQUARE,
+    "exp": UnaryKind.EXP,
+    "log": UnaryKind.LOG,
+    "ceil": UnaryKind.CEIL,
+    "round": UnaryKind.ROUND,
+    "exp2": UnaryKind.EXP2,
+    "log2": UnaryKind.LOG2,
+}
+for _name, _kind in _SURFACE_NAMES.items():
+    register_surface(_name, Unary, kind=_kind)

@@ -1,0 +1,88 @@
+"""Cast: convert the element dtype (hir §1.3 ir/hir/tensor Cast).
+
+Cast is the identity on shape, storage and layout; only the dtype changes. It is the conversion
+boundary for the low-precision formats, so any dtype converts to any other at typeinfer; only the
+reference evaluator limits the targets it can produce (the seed's support set).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tilefoundry.errors import UnsupportedError
+from tilefoundry.ir.core import Op, ParamDef
+from tilefoundry.ir.hir.op_support import (
+    numpy_dtype,
+    refuse_partials,
+    result_storage,
+    tensor_operands,
+)
+from tilefoundry.ir.types import (
+    DType,
+    TensorType,
+    bf16,
+    bool_,
+    f8e8m0,
+    f16,
+    f32,
+    fp8e4m3,
+    i32,
+    i64,
+)
+from tilefoundry.visitor_registry import (
+    register_access_relation,
+    register_eval,
+    register_surface,
+    register_typeinfer,
+)
+from tilefoundry.visitor_registry.access_relation import elementwise_relations
+
+EVALUATOR_DTYPES = (f32, f16, bf16, fp8e4m3, f8e8m0, i32, i64, bool_)
+"""hir §1.3 Cast: the dtypes the reference evaluator can convert to."""
+
+
+def as_dtype(value: object) -> DType:
+    """A dtype attribute accepts a DType or its name (DESIGN §4.9: `DType.from_name`)."""
+    return value if isinstance(value, DType) else DType.from_name(value)
+
+
+class Cast(Op):
+    """Convert the element dtype; produces a Tensor."""
+
+    x = ParamDef("input")
+    dtype = ParamDef("attribute", DType, validate=as_dtype)
+
+
+@register_typeinfer(Cast)
+def _typeinfer(op: Cast, arg_types, ctx) -> TensorType:
+    (x,) = tensor_operands(op, arg_types)
+    if op.dtype != x.dtype:
+        refuse_partials(
+            op,
+            (("x", x),),
+            why=f"a cast {x.dtype} -> {op.dtype} rounds or wraps each addend, so it is not "
+            "proven to commute with any reduction (the seed states none)",
+        )
+    return TensorType(x.shape, op.dtype, x.layout, result_storage(op, arg_types))
+
+
+@register_access_relation(Cast)
+def _relation(op: Cast, arg_types):
+    (x,) = tensor_operands(op, arg_types)
+    return elementwise_relations(1, x.shape, (x.shape,))
+
+
+@register_eval(Cast)
+def _eval(op: Cast, args, out_type: TensorType) -> np.ndarray:
+    if op.dtype not in EVALUATOR_DTYPES:
+        supported = ", ".join(str(d) for d in EVALUATOR_DTYPES)
+        raise UnsupportedError(
+            f"Cast: the reference evaluator does not support dtype {op.dtype} "
+            f"(supported: {supported})"
+        )
+    (x,) = args
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/out-of-range follow numpy, as torch
+        return np.asarray(x).astype(numpy_dtype(op.dtype))
+
+
+register_surface("cast", Cast)

@@ -1,0 +1,79 @@
+"""Where: elementwise select `cond ? x : y` (a consensus op, torch.where).
+
+Torch broadcasting over all three operands, like Binary; x and y share a dtype (no promotion) and
+cond is bool. No Partial is carried: selecting by cond is not linear in cond, and a select between
+two pending values is a sum of addends only under conditions the types cannot prove, so every
+pending reduction must be completed before the select.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tilefoundry.errors import VerifyError
+from tilefoundry.ir.core import Op, ParamDef
+from tilefoundry.ir.hir.math.binary import broadcast_operand_shapes
+from tilefoundry.ir.hir.op_support import (
+    numpy_dtype,
+    propagate,
+    refuse_partials,
+    result_storage,
+    same_dtype,
+    tensor_operands,
+)
+from tilefoundry.ir.types import TensorType
+from tilefoundry.visitor_registry import (
+    register_access_relation,
+    register_eval,
+    register_surface,
+    register_typeinfer,
+)
+from tilefoundry.visitor_registry.access_relation import elementwise_relations
+
+
+class Where(Op):
+    """Select `x` where `cond` holds and `y` elsewhere; produces a Tensor."""
+
+    cond = ParamDef("input")
+    x = ParamDef("input")
+    y = ParamDef("input")
+
+
+def _named(arg_types) -> tuple[tuple[str, TensorType], ...]:
+    return tuple(zip(Where.inputs(), arg_types, strict=True))
+
+
+@register_typeinfer(Where)
+def _typeinfer(op: Where, arg_types, ctx) -> TensorType:
+    cond, x, y = tensor_operands(op, arg_types)
+    if not cond.dtype.is_bool:
+        raise VerifyError(
+            f"Where: operand 'cond' must be bool, got {cond.dtype}; compare first "
+            "(e.g. cmp_ne(cond, 0))"
+        )
+    dtype = same_dtype(op, (("x", x), ("y", y)))
+    refuse_partials(
+        op,
+        _named(arg_types),
+        why="where selects per element, which is not linear in cond and not proven to "
+        "commute with any pending reduction of x or y",
+    )
+    out_shape = broadcast_operand_shapes(op, _named(arg_types))
+    layout = propagate(op, arg_types, out_shape)
+    return TensorType(out_shape, dtype, layout, result_storage(op, arg_types))
+
+
+@register_access_relation(Where)
+def _relation(op: Where, arg_types):
+    operands = _named(tensor_operands(op, arg_types))
+    out_shape = broadcast_operand_shapes(op, operands)
+    return elementwise_relations(3, out_shape, tuple(t.shape for _, t in operands))
+
+
+@register_eval(Where)
+def _eval(op: Where, args, out_type: TensorType) -> np.ndarray:
+    cond, x, y = (np.asarray(a) for a in args)
+    return np.where(cond, x, y).astype(numpy_dtype(out_type.dtype), copy=False)
+
+
+register_surface("where", Where)

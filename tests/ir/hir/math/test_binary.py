@@ -1,0 +1,381 @@
+"""Binary: typeinfer case tables (shapes, dtypes, scalars, storage, layouts, the seed's Partial
+table on one- and two-axis meshes), its access relation, reference kernels and surface names."""
+
+from __future__ import annotations
+
+import islpy as isl
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tilefoundry.errors import EvalError, VerifyError
+from tilefoundry.ir.hir.math.binary import Binary, BinaryKind
+from tilefoundry.ir.types import (
+    DimVar,
+    DType,
+    bf16,
+    bool_,
+    f32,
+    i32,
+    i64,
+    make_shard_tensor_type,
+    make_tensor_type,
+)
+from tilefoundry.ir.types.shard import B, Partial, Split, make_mesh
+from tilefoundry.visitor_registry import EVAL, surface_entry, typeinfer_call
+from tilefoundry.visitor_registry.access_relation import AccessRelations
+
+X = make_mesh((4,), ("x",))
+XY = make_mesh((2, 4), ("x", "y"))
+N = DimVar("N", 1, 64)
+M = DimVar("M", 1, 64)
+SUM, MAX, MIN = Partial("sum"), Partial("max"), Partial("min")
+
+
+def t(shape, dtype=f32, storage="gmem"):
+    return make_tensor_type(shape, dtype, storage)
+
+
+def scalar(dtype=f32):
+    """What a Python literal becomes: a rank-0 unmaterialised constant."""
+    return make_tensor_type((), dtype, "umat")
+
+
+def sx(shape, *attrs, dtype=f32):
+    """Sharded on the one-axis mesh; Split(i) names logical axis i."""
+    return make_shard_tensor_type(shape, dtype, mesh=X, attrs=attrs)
+
+
+def sxy(shape, *attrs, dtype=f32):
+    return make_shard_tensor_type(shape, dtype, mesh=XY, attrs=attrs)
+
+
+def rejects(match):
+    return pytest.raises(VerifyError, match=match)
+
+
+def case(id_, kind, lhs, rhs, expected):
+    return pytest.param(kind, lhs, rhs, expected, id=id_)
+
+
+SHAPES = [
+    # hir §1.3 math: torch pointwise semantics (DESIGN §4.10: broadcasting accepted in HIR)
+    case("same", "add", t((4, 8)), t((4, 8)), t((4, 8))),
+    case("rank-extend", "add", t((8,)), t((4, 8)), t((4, 8))),
+    case("size-one-both", "mul", t((4, 1)), t((1, 8)), t((4, 8))),
+    case("rank-0", "sub", t(()), t((2, 3)), t((2, 3))),
+    case("empty-axis", "add", t((0, 8)), t((1, 8)), t((0, 8))),
+    case("symbolic", "add", t((N, 8)), t((8,)), t((N, 8))),
+    case("clash", "add", t((4, 8)), t((4,)), r"Binary: operand shapes do not broadcast"),
+    case("symbolic-clash", "add", t((N,)), t((M,)), r"Binary: operand shapes do not broadcast"),
+]
+
+DTYPES = [
+    # hir §1.3 Binary: dtypes do not promote; both operands MUST already share a dtype
+    case("mismatch", "add", t((4,), f32), t((4,), bf16), r"Binary: operand 'rhs' is bf16.*cast"),
+    case("int-mismatch", "add", t((4,), i32), t((4,), i64), r"no implicit promotion"),
+    # comparisons give bool; and/or need bool
+    case("cmp-bool", "lt", t((4,), i32), t((4,), i32), t((4,), bool_)),
+    case("eq-on-bool", "eq", t((4,), bool_), t((4,), bool_), t((4,), bool_)),
+    case("and", "and", t((4,), bool_), t((4,), bool_), t((4,), bool_)),
+    case("or-float", "or", t((4,)), t((4,)), r"Binary: or needs bool operands"),
+    case("add-bool", "add", t((4,), bool_), t((4,), bool_), r"Binary: add is arithmetic"),
+    case("max-bool", "max", t((4,), bool_), t((4,), bool_), r"Binary: max is arithmetic"),
+    # the seed defines div as true division and no integer div: fail closed on ints
+    case("div-float", "div", t((4,), bf16), t((4,), bf16), t((4,), bf16)),
+    case("div-int", "div", t((4,), i32), t((4,), i32), r"Binary: div is true division.*floor_div"),
+    case("floor-div-int", "floor_div", t((4,), i32), t((4,), i32), t((4,), i32)),
+    case("mod-float", "mod", t((4,)), t((4,)), t((4,))),
+]
+
+SCALARS = [
+    # hir §1.3 Binary: a Python float takes the other operand's float dtype; an int does not
+    case("float-lit-rhs", "add", t((4,), bf16), scalar(f32), t((4,), bf16)),
+    case("float-lit-lhs", "mul", scalar(f32), t((4,), bf16), t((4,), bf16)),
+    case("float-lit-cmp", "lt", t((4,), bf16), scalar(f32), t((4,), bool_)),
+    case("float-lit-f32", "add", t((4,)), scalar(f32), t((4,))),
+    case("int-lit-i64", "add", t((4,), i64), scalar(i64), t((4,), i64)),
+    case("int-lit-i32", "add", t((4,), i32), scalar(i64), r"Binary: operand 'rhs' is an integer"),
+    case("int-lit-float", "add", t((4,)), scalar(i64), r"operand 'rhs' is an integer literal"),
+    case("float-lit-int", "add", t((4,), i32), scalar(f32), r"no implicit promotion"),
+    case("two-literals", "add", scalar(f32), scalar(f32), scalar(f32)),
+    # only an unmaterialised rank-0 value is a literal
+    case("gmem-rank0", "add", t((4,), bf16), t((), f32), r"no implicit promotion"),
+    case("umat-rank1", "add", t((4,), bf16), t((1,), f32, "umat"), r"no implicit promotion"),
+]
+
+STORAGE = [
+    # semantic-analysis §3.3: anchor on the concrete storages; umat abstains
+    case("anchor-rmem", "add", t((4,), storage="rmem"), scalar(f32), t((4,), storage="rmem")),
+    case("agree", "max", t((4,), storage="smem"), t((4,), storage="smem"), t((4,), storage="smem")),
+    case("all-umat", "add", t((4,), storage="umat"), scalar(f32), t((4,), storage="umat")),
+    case("disagree", "add", t((4,), storage="gmem"), t((4,), storage="smem"), r"different storag"),
+]
+
+LAYOUTS = [
+    # semantic-analysis §3.2: the output layout follows the elementwise relation
+    case("split-plain", "add", sx((8,), Split(0)), t((8,)), sx((8,), Split(0))),
+    case("split-broadcast-in", "sub", sx((8,), Split(0)), t((4, 8)), sx((4, 8), Split(1))),
+    case("split-rows", "mul", sx((4, 8), Split(0)), t((8,)), sx((4, 8), Split(0))),
+    case("split-both", "add", sx((8,), Split(0)), sx((8,), Split(0)), sx((8,), Split(0))),
+    case("split-clash", "add", sx((4, 8), Split(0)), sx((4, 8), Split(1)), r"Binary: shard prop"),
+    case("replicated", "add", sx((8,), B), t((8,)), t((8,))),
+    case(
+        "two-axis",
+        "add",
+        sxy((4, 8), Split(0), Split(1)),
+        sxy((4, 8), Split(0), B),
+        sxy((4, 8), Split(0), Split(1)),
+    ),
+]
+
+PARTIALS_ONE_AXIS = [
+    # hir §1.3 Binary: ADD with both Partial passes only when both pend "sum"
+    case("add-sum-sum", "add", sx((8,), SUM), sx((8,), SUM), sx((8,), SUM)),
+    case("add-max-max", "add", sx((8,), MAX), sx((8,), MAX), r"'lhs' carries Partial\(max\).*sum"),
+    case("add-min-min", "add", sx((8,), MIN), sx((8,), MIN), r"'lhs' carries Partial\(min\)"),
+    case("add-sum-max", "add", sx((8,), SUM), sx((8,), MAX), r"'rhs' carries Partial\(max\)"),
+    # ADD with one Partial and a plain/Broadcast operand: max/min pass, sum rejects
+    case("add-sum-plain", "add", sx((8,), SUM), t((8,)), r"'lhs' carries Partial\(sum\).*b\)"),
+    case("add-plain-sum", "add", t((8,)), sx((8,), SUM), r"'rhs' carries Partial\(sum\)"),
+    case("add-max-plain", "add", sx((8,), MAX), t((8,)), sx((8,), MAX)),
+    case("add-min-bcast", "add", sx((8,), MIN), sx((8,), B), sx((8,), MIN)),
+    case("add-plain-max", "add", t((4, 8)), sx((8,), MAX), sx((4, 8), MAX)),
+    case("add-max-literal", "add", sx((8,), MAX), scalar(f32), sx((8,), MAX)),
+    case("add-max-split", "add", sx((8,), MAX), sx((8,), Split(0)), r"Partial.*Split|Split.*Par"),
+    # MUL with one Partial and a plain/Broadcast operand: sum only
+    case("mul-sum-plain", "mul", sx((8,), SUM), t((8,)), sx((8,), SUM)),
+    case("mul-plain-sum", "mul", t((8,)), sx((8,), SUM), sx((8,), SUM)),
+    case("mul-max-plain", "mul", sx((8,), MAX), t((8,)), r"'lhs' carries Partial\(max\).*sign"),
+    case("mul-min-plain", "mul", t((8,)), sx((8,), MIN), r"'rhs' carries Partial\(min\)"),
+    # every other combination rejects, including MUL with both operands Partial
+    case("mul-sum-sum", "mul", sx((8,), SUM), sx((8,), SUM), r"'rhs' carries.*two pending"),
+    case("sub-sum-sum", "sub", sx((8,), SUM), sx((8,), SUM), r"kind .sub. is not proven"),
+    case("sub-max-plain", "sub", sx((8,), MAX), t((8,)), r"'lhs' carries Partial\(max\)"),
+    case("div-sum-plain", "div", sx((8,), SUM), t((8,)), r"kind .div. is not proven"),
+    case("max-max-plain", "max", sx((8,), MAX), t((8,)), r"kind .max. is not proven"),
+    case("min-min-min", "min", sx((8,), MIN), sx((8,), MIN), r"kind .min. is not proven"),
+    case("lt-max-plain", "lt", sx((8,), MAX), t((8,)), r"kind .lt. is not proven"),
+    case("and-sum", "and", t((8,), bool_), sx((8,), SUM, dtype=bool_), r"'rhs'.*kind 'and' is not"),
+]
+
+PARTIALS_TWO_AXES = [
+    # decisions are per mesh axis; ADD rejects two Partials on different mesh axes (DESIGN §4.6)
+    case(
+        "add-sum-diff-axes",
+        "add",
+        sxy((8,), SUM, B),
+        sxy((8,), B, SUM),
+        r"'lhs' carries Partial\(sum\) on mesh axis 0 \('x'\), and 'rhs' is not Partial there",
+    ),
+    case(
+        "add-max-diff-axes",
+        "add",
+        sxy((8,), MAX, B),
+        sxy((8,), B, MAX),
+        r"same mesh axes; insert reshard\(lhs, \.\.\.\) to Broadcast on mesh axis 0",
+    ),
+    case("add-sum-both-axes", "add", sxy((8,), SUM, SUM), sxy((8,), SUM, SUM), sxy((8,), SUM, SUM)),
+    case(
+        "add-sum-with-split",
+        "add",
+        sxy((4, 8), SUM, Split(1)),
+        sxy((4, 8), SUM, Split(1)),
+        sxy((4, 8), SUM, Split(1)),
+    ),
+    case(
+        "add-max-split-plain",
+        "add",
+        sxy((8, 4), MAX, Split(0)),
+        t((8, 4)),
+        sxy((8, 4), MAX, Split(0)),
+    ),
+    case(
+        "add-sum-on-y",
+        "add",
+        sxy((8,), B, SUM),
+        t((8,)),
+        r"'lhs' carries Partial\(sum\) on mesh axis 1 \('y'\).*reshard\(lhs, \.\.\.\) to "
+        r"Broadcast on mesh axis 1 \('y'\)",
+    ),
+    case("mul-two-axes", "mul", sxy((8,), SUM, B), sxy((8,), B, SUM), r"two pending values"),
+    case("mul-sum-on-y", "mul", sxy((4, 8), Split(0), SUM), t((8,)), sxy((4, 8), Split(0), SUM)),
+    case(
+        "mul-sum-other-split",
+        "mul",
+        sxy((8,), SUM, B),
+        sxy((8,), B, Split(0)),
+        sxy((8,), SUM, Split(0)),
+    ),
+    case("mul-mixed-reductions", "mul", sxy((8,), SUM, MAX), t((8,)), r"mesh axis 1 \('y'\)"),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "lhs", "rhs", "expected"),
+    SHAPES + DTYPES + SCALARS + STORAGE + LAYOUTS + PARTIALS_ONE_AXIS + PARTIALS_TWO_AXES,
+)
+def test_typeinfer(kind, lhs, rhs, expected):
+    op = Binary(kind=kind)
+    if isinstance(expected, str):
+        with rejects(expected):
+            typeinfer_call(op, lhs, rhs)
+    else:
+        assert typeinfer_call(op, lhs, rhs) == expected
+
+
+def test_refusal_names_op_operand_axis_and_remedy():
+    with rejects(r"^Binary: operand 'rhs' carries Partial\(sum\) on mesh axis 0 \('x'\).*") as e:
+        typeinfer_call(Binary(kind="add"), t((8,)), sx((8,), SUM))
+    assert "insert reshard(rhs, ...) to Broadcast on mesh axis 0 ('x')" in str(e.value)
+
+
+def test_kind_accepts_names_and_refuses_unknown():
+    assert Binary(kind="floor_div") == Binary(kind=BinaryKind.FLOOR_DIV)
+    with rejects(r"Binary: attribute 'kind': unknown BinaryKind 'pow'"):
+        Binary(kind="pow")
+
+
+def test_tuple_operand_is_refused():
+    from tilefoundry.ir.types import TupleType
+
+    with rejects(r"Binary: operand 'lhs' must be a tensor"):
+        typeinfer_call(Binary(kind="add"), TupleType((t((4,)),)), t((4,)))
+
+
+def test_relation_broadcasts_into_output_coordinates():
+    from tilefoundry.visitor_registry import ACCESS_RELATION
+
+    relations = ACCESS_RELATION.lookup(Binary)(Binary(kind="add"), (t((4, 1)), t((8,))))
+    assert isinstance(relations, AccessRelations)
+    lhs, rhs = (b.pattern.relation for b in relations.inputs)
+    assert lhs.is_equal(isl.Map("{ [d0, d1] -> [d0, 0] }"))
+    assert rhs.is_equal(isl.Map("{ [d0, d1] -> [d1] }"))
+    assert relations.outputs[0].pattern.relation.is_equal(isl.Map("{ [d0, d1] -> [d0, d1] }"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Reference kernel
+
+
+def evaluate(kind, lhs, rhs):
+    """Type the operands as the frontend would (a 0-d array is a literal) and run the kernel."""
+
+    def type_of(a):
+        return make_tensor_type(
+            a.shape, DType.from_numpy(a.dtype), "umat" if a.ndim == 0 else "gmem"
+        )
+
+    op = Binary(kind=kind)
+    out_type = typeinfer_call(op, type_of(lhs), type_of(rhs))
+    result = EVAL.lookup(Binary)(op, (lhs, rhs), out_type)
+    assert result.dtype == out_type.dtype.to_numpy()
+    assert result.shape == tuple(out_type.shape)
+    return result
+
+
+BF16, FP8 = ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn
+
+
+def test_floor_division_and_mod_follow_the_divisor_sign():
+    a = np.array([7, -7, 7, -7], np.int32)
+    b = np.array([2, 2, -2, -2], np.int32)
+    np.testing.assert_array_equal(evaluate("floor_div", a, b), [3, -4, -4, 3])
+    np.testing.assert_array_equal(evaluate("mod", a, b), [1, 1, -1, -1])
+    fa, fb = np.array([7.5, -7.5], np.float32), np.array([-2.0, 2.0], np.float32)
+    np.testing.assert_array_equal(evaluate("mod", fa, fb), [-0.5, 0.5])
+    np.testing.assert_array_equal(evaluate("floor_div", fa, fb), [-4.0, -4.0])
+
+
+@pytest.mark.parametrize("kind", ["floor_div", "mod"])
+def test_integer_division_by_zero_is_an_eval_error(kind):
+    with pytest.raises(EvalError, match=f"Binary: integer {kind} by zero"):
+        evaluate(kind, np.array([1, 2], np.int64), np.array([1, 0], np.int64))
+
+
+def test_division_by_zero_on_an_empty_broadcast_divides_nothing():
+    out = evaluate("floor_div", np.zeros((0, 2), np.int32), np.array([0, 1], np.int32))
+    assert out.shape == (0, 2)
+
+
+def test_float_division_is_true_division_and_ieee_at_zero():
+    out = evaluate(
+        "div", np.array([1.0, 3.0, 1.0], np.float32), np.array([2.0, 4.0, 0.0], np.float32)
+    )
+    np.testing.assert_array_equal(out, [0.5, 0.75, np.inf])
+
+
+def test_broadcasting_kernel():
+    a = np.array([[0], [10], [20]], np.int64)
+    b = np.array([1, 2], np.int64)
+    np.testing.assert_array_equal(evaluate("add", a, b), [[1, 2], [11, 12], [21, 22]])
+
+
+def test_bf16_rounds_once_to_nearest_even():
+    # 256 + 1 = 257 needs 9 significant bits; bf16 keeps 8, and the tie goes to even (256).
+    a = np.array([1.0, 256.0], BF16)
+    b = np.array([2.0**-8, 1.0], BF16)
+    np.testing.assert_array_equal(evaluate("add", a, b).astype(np.float32), [1.0, 256.0])
+
+
+def test_fp8e4m3_product_rounds_to_three_mantissa_bits():
+    a = np.array([1.125, -2.0], FP8)
+    out = evaluate("mul", a, a)  # 1.265625 -> 1.25 (steps of 0.125 in [1, 2))
+    np.testing.assert_array_equal(out.astype(np.float32), [1.25, 4.0])
+
+
+def test_float_literal_is_rounded_to_the_operand_dtype_first():
+    # bf16(0.1) == 0.10009765625 != f32 0.1: only a literal rounded to bf16 first compares equal.
+    x = np.array([0.1, 0.2], BF16)
+    np.testing.assert_array_equal(evaluate("eq", x, np.array(0.1, np.float32)), [True, False])
+
+
+def test_min_max_propagate_nan_and_comparisons_give_bool():
+    a = np.array([1.0, np.nan, -0.5], np.float32)
+    b = np.array([2.0, 0.0, -1.0], np.float32)
+    np.testing.assert_array_equal(evaluate("min", a, b), [1.0, np.nan, -1.0])
+    np.testing.assert_array_equal(evaluate("max", a, b), [2.0, np.nan, -0.5])
+    np.testing.assert_array_equal(evaluate("ge", a, b), [False, False, True])
+    np.testing.assert_array_equal(evaluate("ne", a, b), [True, True, True])
+
+
+def test_logical_kinds():
+    a = np.array([True, True, False, False])
+    b = np.array([True, False, True, False])
+    np.testing.assert_array_equal(evaluate("and", a, b), [True, False, False, False])
+    np.testing.assert_array_equal(evaluate("or", a, b), [True, True, True, False])
+
+
+def test_integer_overflow_wraps_like_torch():
+    big = np.array([2**31 - 1], np.int32)
+    np.testing.assert_array_equal(evaluate("add", big, np.array([1], np.int32)), [-(2**31)])
+
+
+# ---------------------------------------------------------------------------------------------
+# Surface names (DESIGN §3)
+
+SURFACE = {
+    "add": BinaryKind.ADD,
+    "sub": BinaryKind.SUB,
+    "mul": BinaryKind.MUL,
+    "div": BinaryKind.DIV,
+    "floor_div": BinaryKind.FLOOR_DIV,
+    "mod": BinaryKind.MOD,
+    "minimum": BinaryKind.MIN,
+    "maximum": BinaryKind.MAX,
+    "cmp_eq": BinaryKind.EQ,
+    "cmp_ne": BinaryKind.NE,
+    "cmp_lt": BinaryKind.LT,
+    "cmp_le": BinaryKind.LE,
+    "cmp_gt": BinaryKind.GT,
+    "cmp_ge": BinaryKind.GE,
+    "logical_and": BinaryKind.AND,
+    "logical_or": BinaryKind.OR,
+}
+
+
+@pytest.mark.parametrize(("name", "kind"), SURFACE.items())
+def test_surface_names(name, kind):
+    entry = surface_entry(name)
+    assert entry.op_class is Binary
+    assert entry.fixed == {"kind": kind}

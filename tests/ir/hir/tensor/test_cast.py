@@ -1,0 +1,174 @@
+"""Cast: typeinfer case table (identity in shape/storage/layout, Partial refusals), the dtype
+attribute, reference kernels over the narrow formats, and the evaluator's dtype support set."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tilefoundry.errors import UnsupportedError, VerifyError
+from tilefoundry.ir.hir.tensor.cast import Cast
+from tilefoundry.ir.types import (
+    DimVar,
+    DType,
+    bf16,
+    bool_,
+    f4e2m1,
+    f8e8m0,
+    f16,
+    f32,
+    fp8e4m3,
+    i32,
+    i64,
+    make_shard_tensor_type,
+    make_tensor_type,
+)
+from tilefoundry.ir.types.shard import B, Layout, Partial, Split, make_mesh
+from tilefoundry.visitor_registry import EVAL, surface_entry, typeinfer_call
+
+X = make_mesh((4,), ("x",))
+XY = make_mesh((2, 4), ("x", "y"))
+N = DimVar("N", 1, 64)
+SUM, MAX, MIN = Partial("sum"), Partial("max"), Partial("min")
+
+
+def t(shape, dtype=f32, storage="gmem", layout=None):
+    return make_tensor_type(shape, dtype, storage, layout)
+
+
+def sx(shape, *attrs, dtype=f32):
+    return make_shard_tensor_type(shape, dtype, mesh=X, attrs=attrs)
+
+
+def sxy(shape, *attrs, dtype=f32):
+    return make_shard_tensor_type(shape, dtype, mesh=XY, attrs=attrs)
+
+
+def case(id_, dtype, x, expected):
+    return pytest.param(dtype, x, expected, id=id_)
+
+
+CASES = [
+    # hir §1.3 Cast: identity in shape / storage / layout; only the element dtype changes
+    case("to-bf16", bf16, t((4, 8)), t((4, 8), bf16)),
+    case("by-name", "fp8e4m3", t((4,)), t((4,), fp8e4m3)),
+    case("from-fp8", f32, t((4,), fp8e4m3), t((4,), f32)),
+    case("to-f4e2m1", f4e2m1, t((4,)), t((4,), f4e2m1)),
+    case("to-bool", bool_, t((4,), i32), t((4,), bool_)),
+    case("rank-0-umat", i64, t((), f32, "umat"), t((), i64, "umat")),
+    case("symbolic", f16, t((N, 2)), t((N, 2), f16)),
+    case("smem", i32, t((4,), storage="smem"), t((4,), i32, "smem")),
+    case(
+        "strided-layout",
+        bf16,
+        t((4, 2), layout=Layout((4, 2), (1, 4))),
+        t((4, 2), bf16, layout=Layout((4, 2), (1, 4))),
+    ),
+    # a ShardLayout input keeps its layout (the relation is the identity), replicated included
+    case("split", bf16, sx((8,), Split(0)), sx((8,), Split(0), dtype=bf16)),
+    case("replicated", bf16, sx((8,), B), sx((8,), B, dtype=bf16)),
+    case(
+        "split-2d", i32, sxy((4, 8), Split(1), Split(0)), sxy((4, 8), Split(1), Split(0), dtype=i32)
+    ),
+    # the seed states no commutation for Cast (rounding/wrapping is not linear): reject Partials
+    case("sum", bf16, sx((8,), SUM), r"^Cast: operand 'x' carries Partial\(sum\) on mesh axis 0"),
+    case("max", i32, sx((8,), MAX), r"Cast: operand 'x' carries Partial\(max\).*f32 -> i32"),
+    case("min", f16, sx((8,), MIN), r"carries Partial\(min\).*reshard\(x, \.\.\.\) to Broadcast"),
+    case("sum-on-y", bf16, sxy((4, 8), Split(0), SUM), r"Partial\(sum\) on mesh axis 1 \('y'\)"),
+    # a cast to the operand's own dtype is the identity, which commutes with every reduction
+    case("identity-sum", f32, sx((8,), SUM), sx((8,), SUM)),
+    case("identity-max", f32, sxy((8,), MAX, SUM), sxy((8,), MAX, SUM)),
+]
+
+
+@pytest.mark.parametrize(("dtype", "x", "expected"), CASES)
+def test_typeinfer(dtype, x, expected):
+    op = Cast(dtype=dtype)
+    if isinstance(expected, str):
+        with pytest.raises(VerifyError, match=expected):
+            typeinfer_call(op, x)
+        return
+    assert typeinfer_call(op, x) == expected
+
+
+def test_dtype_attribute_takes_a_dtype_or_its_name_only():
+    assert Cast(dtype="bf16") == Cast(dtype=bf16)
+    with pytest.raises(VerifyError, match=r"Cast: attribute 'dtype': .*unknown dtype name 'float'"):
+        Cast(dtype="float")
+    with pytest.raises(VerifyError, match=r"Cast: attribute 'dtype'"):
+        Cast(dtype=np.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reference kernel
+
+
+def evaluate(dtype, x):
+    op = Cast(dtype=dtype)
+    out_type = typeinfer_call(op, make_tensor_type(x.shape, DType.from_numpy(x.dtype)))
+    result = EVAL.lookup(Cast)(op, (x,), out_type)
+    assert result.dtype == out_type.dtype.to_numpy()
+    assert result.shape == x.shape
+    return result
+
+
+BF16, FP8, E8M0 = ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e8m0fnu
+
+
+def test_float_to_int_truncates_toward_zero():
+    x = np.array([1.7, -1.7, 2.0, -0.5], np.float32)
+    np.testing.assert_array_equal(evaluate(i32, x), [1, -1, 2, 0])
+
+
+def test_f32_to_bf16_rounds_to_nearest_even():
+    # bf16 steps are 2**-7 in [1, 2): 1 + 2**-8 ties down to 1, 1 + 3 * 2**-8 ties up to 1 + 2**-6
+    x = np.array([1 + 2**-8, 1 + 3 * 2**-8], np.float32)
+    np.testing.assert_array_equal(evaluate(bf16, x).astype(np.float32), [1.0, 1.015625])
+
+
+def test_f32_to_fp8e4m3_rounds_to_three_mantissa_bits():
+    # 0.3 lies between 0.28125 and 0.3125 (steps of 2**-5 in [0.25, 0.5)); 300 -> 288 (steps of 32)
+    x = np.array([0.3, 300.0, -1.0], np.float32)
+    np.testing.assert_array_equal(evaluate(fp8e4m3, x).astype(np.float32), [0.3125, 288.0, -1.0])
+
+
+def test_narrow_floats_widen_exactly():
+    x = np.array([0.3125, -448.0], FP8)
+    np.testing.assert_array_equal(evaluate(f32, x), [0.3125, -448.0])
+    np.testing.assert_array_equal(evaluate(f32, np.array([2.71875], BF16)), [2.71875])
+
+
+def test_powers_of_two_convert_to_f8e8m0():
+    x = np.array([4.0, 0.125], np.float32)
+    np.testing.assert_array_equal(evaluate(f8e8m0, x).astype(np.float32), [4.0, 0.125])
+
+
+def test_bool_conversions():
+    x = np.array([0.0, -0.0, 2.5, np.nan], np.float32)
+    np.testing.assert_array_equal(evaluate(bool_, x), [False, False, True, True])
+    np.testing.assert_array_equal(evaluate(f32, np.array([True, False])), [1.0, 0.0])
+
+
+def test_wide_int_to_f32_rounds():
+    x = np.array([2**24 + 1, -3], np.int64)
+    np.testing.assert_array_equal(evaluate(f32, x), [16777216.0, -3.0])
+
+
+def test_empty_input():
+    assert evaluate(bf16, np.zeros((0, 2), np.float32)).shape == (0, 2)
+
+
+@pytest.mark.parametrize("target", [f4e2m1, "f64", "u8", "i8"])
+def test_evaluator_refuses_targets_outside_its_support_set(target):
+    # hir §1.3 Cast: the evaluator supports {f32, f16, bf16, fp8e4m3, f8e8m0, i32, i64, bool}
+    op = Cast(dtype=target)
+    out_type = t((2,), op.dtype)
+    with pytest.raises(UnsupportedError, match=rf"Cast: .*does not support dtype {op.dtype}"):
+        EVAL.lookup(Cast)(op, (np.zeros(2, np.float32),), out_type)
+
+
+def test_surface_name():
+    entry = surface_entry("cast")
+    assert entry.op_class is Cast
+    assert entry.fixed == {}
