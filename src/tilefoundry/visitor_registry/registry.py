@@ -68,13 +68,24 @@ ACCESS_RELATION = Registry("access relation")
 EVAL = Registry("eval")
 STABLEHLO = Registry("stablehlo")
 
-_BY_KIND = {r.kind: r for r in (TYPEINFER, CALLEE_TYPEINFER, ACCESS_RELATION, EVAL, STABLEHLO)}
+SHARDED_EVAL = Registry("sharded eval")
+"""Per-device semantics for the few ops whose mesh execution is not "run the EVAL kernel on each
+device's block of the iteration domain": `rule(op, args, call) -> value`, where `args` are the
+evaluator's values and `call` is the evaluator's `ShardedCall` (its helpers run the default block
+execution with a completion combiner, redistribute for Reshard, expose shards for Local, or map a
+custom per-device function). Consulted only when a call touches a mesh; most ops register none."""
+
+_BY_KIND = {
+    r.kind: r
+    for r in (TYPEINFER, CALLEE_TYPEINFER, ACCESS_RELATION, EVAL, STABLEHLO, SHARDED_EVAL)
+}
 
 register_typeinfer = TYPEINFER.register
 register_callee_typeinfer = CALLEE_TYPEINFER.register
 register_access_relation = ACCESS_RELATION.register
 register_eval = EVAL.register
 register_stablehlo = STABLEHLO.register
+register_sharded_eval = SHARDED_EVAL.register
 
 
 def registered(kind: str | Registry) -> tuple[type, ...]:

@@ -1,0 +1,271 @@
+"""The reference evaluator's DAG walk (DESIGN §3 `evaluate`, hir §1.1–§1.2).
+
+A body is a DAG whose sharing is node identity, so every node is computed once per activation and
+memoised on the node itself. Loops complicate that one way: a node inside a loop body is
+recomputed each iteration only when it depends on that loop's induction variable or carries;
+loop-invariant nodes belong to the enclosing activation and are computed once. Each activation
+is a chain of frames; a node is memoised in the innermost frame whose loop variables it uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tilefoundry.errors import EvalError, InternalCompilerError, UnsupportedError, VerifyError
+from tilefoundry.evaluator.boundary import (
+    Bindings,
+    bind_dims,
+    check_input,
+    place_input,
+    read_result,
+    shape_of,
+)
+from tilefoundry.evaluator.dtypes import check_dtype, check_type_dtypes
+from tilefoundry.evaluator.mesh_sim import ShardedCall, run_call, touches_mesh
+from tilefoundry.evaluator.values import scatter
+from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var
+from tilefoundry.ir.hir import Function, GridRegionExpr, elaborate, select_variant
+from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
+from tilefoundry.ir.types.shard import ShardLayout
+from tilefoundry.visitor_registry import EVAL, TypeInferContext
+
+
+class _Frame:
+    """One activation (a function call) or one loop iteration inside it."""
+
+    def __init__(
+        self,
+        parent: _Frame | None,
+        variables: dict[Var, Any],
+        bindings: Bindings,
+        loop_vars: frozenset[Var] | None = None,
+    ):
+        self.parent, self.variables, self.bindings = parent, variables, bindings
+        self.loop_vars = loop_vars
+        self.memo: dict[Expr, Any] = {}
+
+    def lookup(self, var: Var) -> Any:
+        frame: _Frame | None = self
+        while frame is not None:
+            if var in frame.variables:
+                return frame.variables[var]
+            frame = frame.parent
+        raise EvalError(f"Var '{var.name}' is not bound here (neither a parameter nor a loop var)")
+
+    def owner(self, free: frozenset[Var]) -> _Frame:
+        frame = self
+        while frame.loop_vars is not None and not (free & frame.loop_vars):
+            frame = frame.parent
+        return frame
+
+
+def _operands(node: Expr) -> tuple[Expr, ...]:
+    if isinstance(node, Call):
+        return node.args
+    if isinstance(node, Tuple):
+        return node.elements
+    if isinstance(node, GridRegionExpr):
+        return node.init_args
+    return ()
+
+
+def concrete_shape(type_: TensorType, bindings: Bindings, where: str) -> tuple[int, ...]:
+    try:
+        return tuple(d if isinstance(d, int) else resolve_dim(d, bindings) for d in type_.shape)
+    except VerifyError as err:
+        raise EvalError(f"{where}: cannot resolve the shape {list(type_.shape)}: {err}") from None
+
+
+def concrete_type(type_: Type, bindings: Bindings, where: str) -> Type:
+    """`type_` with every dim resolved; a plain layout over symbolic dims is dropped, since a
+    kernel reads only shapes and dtypes from its `out_type`."""
+    if isinstance(type_, TupleType):
+        return TupleType(tuple(concrete_type(f, bindings, where) for f in type_.fields))
+    shape = concrete_shape(type_, bindings, where)
+    if shape == type_.shape:
+        return type_
+    layout = type_.layout if isinstance(type_.layout, ShardLayout) else None
+    return TensorType(shape, type_.dtype, layout, type_.storage)
+
+
+class Interpreter:
+    """Evaluates Function bodies on evaluator values (ndarrays, MeshValues, tuples)."""
+
+    def __init__(self) -> None:
+        self._free: dict[Expr, frozenset[Var]] = {}
+        self._typed: set[int] = set()
+
+    def ensure_typed(self, fn: Function) -> None:
+        if id(fn) not in self._typed:
+            TypeInferContext().infer(fn)
+            self._typed.add(id(fn))
+
+    def invoke(self, fn: Function, values: Sequence[Any]) -> tuple[Function, Any]:
+        """Run `fn` (a dispatch base selects its variant) on values; returns (body fn, value)."""
+        if len(values) != len(fn.params):
+            raise EvalError(
+                f"Function {fn.name}: expected {len(fn.params)} argument(s) "
+                f"({', '.join(p.name for p in fn.params)}), got {len(values)}"
+            )
+        bindings = bind_dims(fn.name, fn.params, [shape_of(v) for v in values])
+        if fn.is_dispatch_base:
+            fn = select_variant(fn, bindings={var.name: n for var, n in bindings.items()})
+        self.ensure_typed(fn)
+        frame = _Frame(None, dict(zip(fn.params, values, strict=True)), bindings)
+        return fn, self.value(fn.body, frame)
+
+    # -- the walk ----------------------------------------------------------------------------
+
+    def free_vars(self, root: Expr) -> frozenset[Var]:
+        """The Vars `root` reads that it does not bind itself (a loop binds its own)."""
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in self._free:
+                continue
+            children = _operands(node)
+            if isinstance(node, GridRegionExpr):
+                children = (*children, node.body, *node.yield_values)
+            if not expanded:
+                stack.append((node, True))
+                stack.extend((c, False) for c in children if c not in self._free)
+                continue
+            free = frozenset((node,)) if isinstance(node, Var) else frozenset()
+            free = free.union(*(self._free[c] for c in children))
+            if isinstance(node, GridRegionExpr):
+                free -= {node.induction_var, *node.carried_args}
+            self._free[node] = free
+        return self._free[root]
+
+    def value(self, root: Expr, frame: _Frame) -> Any:
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            owner = frame.owner(self.free_vars(node))
+            if node in owner.memo:
+                continue
+            if not expanded:
+                stack.append((node, True))
+                stack.extend((c, False) for c in _operands(node))
+                continue
+            owner.memo[node] = self._compute(node, frame)
+        return frame.owner(self.free_vars(root)).memo[root]
+
+    def _ready(self, node: Expr, frame: _Frame) -> Any:
+        return frame.owner(self.free_vars(node)).memo[node]
+
+    def _compute(self, node: Expr, frame: _Frame) -> Any:
+        if isinstance(node, Var):
+            return frame.lookup(node)
+        if isinstance(node, Constant):
+            return self._constant(node)
+        args = tuple(self._ready(c, frame) for c in _operands(node))
+        if isinstance(node, Tuple):
+            return args
+        if isinstance(node, GridRegionExpr):
+            return self._loop(node, args, frame)
+        if isinstance(node, Call):
+            if isinstance(node.target, Op):
+                return self._call_op(node, args, frame.bindings)
+            if isinstance(node.target, Function):
+                callee = elaborate(node.target, tuple(a.type for a in node.args))
+                return self.invoke(callee, args)[1]
+        raise UnsupportedError(f"{type(node).__name__}: the reference evaluator cannot evaluate it")
+
+    def _constant(self, node: Constant) -> Any:
+        type_ = node.type
+        array = np.asarray(node.value, dtype=check_dtype(type_.dtype, "Constant"))
+        if isinstance(type_.layout, ShardLayout):
+            return scatter(array, type_, "Constant")
+        return array
+
+    def _loop(self, node: GridRegionExpr, inits: tuple, frame: _Frame) -> Any:
+        where = "GridRegionExpr"
+        bounds = {}
+        for name in ("start", "extent", "step"):
+            dim = getattr(node, name)
+            try:
+                bounds[name] = dim if isinstance(dim, int) else resolve_dim(dim, frame.bindings)
+            except VerifyError as err:
+                raise EvalError(f"{where}: {name} {dim} cannot be resolved: {err}") from None
+        if bounds["start"] < 0 or bounds["extent"] < 0:
+            raise EvalError(
+                f"{where}: start and extent must be non-negative, got start={bounds['start']}, "
+                f"extent={bounds['extent']}"
+            )
+        if bounds["step"] <= 0:
+            raise EvalError(f"{where}: step must be positive, got {bounds['step']}")
+        if not node.carried_args:
+            return ()
+        loop_vars = frozenset((node.induction_var, *node.carried_args))
+        carry = inits
+        for i in range(bounds["start"], bounds["extent"], bounds["step"]):
+            variables = {node.induction_var: np.asarray(i, dtype=np.int64)}
+            variables.update(zip(node.carried_args, carry, strict=True))
+            iteration = _Frame(frame, variables, frame.bindings, loop_vars)
+            self.value(node.body, iteration)
+            carry = tuple(self.value(y, iteration) for y in node.yield_values)
+        return carry[0] if len(carry) == 1 else carry
+
+    def _call_op(self, call: Call, args: tuple, bindings: Bindings) -> Any:
+        op = call.target
+        where = type(op).__name__
+        out_type = call.type
+        if out_type is None:
+            raise InternalCompilerError(f"{where}: the call was never typed")
+        check_type_dtypes(out_type, where)
+        if touches_mesh(args, out_type):
+            fields = out_type.fields if isinstance(out_type, TupleType) else (out_type,)
+            shapes = [concrete_shape(f, bindings, where) for f in fields]
+            arg_types = tuple(a.type for a in call.args)
+            return run_call(ShardedCall(op, args, arg_types, out_type, shapes))
+        concrete = concrete_type(out_type, bindings, where)
+        result = EVAL.lookup(type(op))(op, args, concrete)
+        return _checked(result, concrete, where)
+
+
+def _checked(result: Any, type_: Type, where: str) -> Any:
+    """A kernel's result, held to its declared shape and dtype (a mismatch is a kernel bug)."""
+    if isinstance(type_, TupleType):
+        if not isinstance(result, tuple) or len(result) != len(type_.fields):
+            raise InternalCompilerError(
+                f"{where}: the kernel returned {type(result).__name__}, expected a "
+                f"{len(type_.fields)}-tuple for {type_}"
+            )
+        return tuple(_checked(r, t, where) for r, t in zip(result, type_.fields, strict=True))
+    array = np.asarray(result)
+    expected = np.dtype(type_.dtype.to_numpy())
+    if array.shape != tuple(type_.shape) or array.dtype != expected:
+        raise InternalCompilerError(
+            f"{where}: the kernel returned {array.dtype}{list(array.shape)}, but the call is "
+            f"typed {type_}"
+        )
+    return array
+
+
+def evaluate(fn: Function, *arrays: Any, complete_partials: bool = False) -> Any:
+    """Run `fn` on global arrays (DESIGN §3): one per parameter, sharded ones scattered over
+    their mesh, results gathered back; a Partial result is completed only on request."""
+    if not isinstance(fn, Function):
+        raise EvalError(f"evaluate: expected a hir Function, got {type(fn).__name__}")
+    interpreter = Interpreter()
+    interpreter.ensure_typed(fn)
+    if len(arrays) != len(fn.params):
+        raise EvalError(
+            f"Function {fn.name}: expected {len(fn.params)} argument(s) "
+            f"({', '.join(p.name for p in fn.params)}), got {len(arrays)}"
+        )
+    checked = [check_input(fn.name, p, a) for p, a in zip(fn.params, arrays, strict=True)]
+    bind_dims(fn.name, fn.params, [a.shape for a in checked])
+    pairs = enumerate(zip(fn.params, checked, strict=True))
+    placed = [place_input(fn.name, param, array, i) for i, (param, array) in pairs]
+    body_fn, result = interpreter.invoke(fn, placed)
+    return read_result(
+        result,
+        body_fn.body.type,
+        f"Function {fn.name}: result",
+        complete_partials=complete_partials,
+    )
