@@ -1,8 +1,8 @@
 """Mesh simulation: every sharded program, run per device and gathered, equals plain numpy.
 
 Expected values are computed with numpy on the global arrays, never by the evaluator. Ops whose
-mesh execution needs a SHARDED_EVAL rule (Reshard, Local, Reduce, TupleGetItem) are used through
-the test twins in `support.mesh_ops`, which carry the rule their owners are asked to register.
+mesh execution needs a SHARDED_EVAL rule (Reshard, Local, Reduce, TupleGetItem) register it in
+their own modules.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from support.functions import call, function_of
-from support.mesh_ops import SimLocal, SimReduce, SimReshard, SimTupleGetItem
+from support.mesh_ops import ReduceWithoutCombiner
 from tilefoundry.errors import EvalError, UnsupportedError
 from tilefoundry.evaluator import evaluate, run_op_on_devices, scatter
 from tilefoundry.ir.core import Call, Tuple
@@ -21,8 +21,11 @@ from tilefoundry.ir.hir.nn.activations import ReLU
 from tilefoundry.ir.hir.nn.matmul import MatMul
 from tilefoundry.ir.hir.nn.norms import RMSNorm
 from tilefoundry.ir.hir.nn.softmax import SoftMax
+from tilefoundry.ir.hir.sharding.local import Local
+from tilefoundry.ir.hir.sharding.reshard import Reshard
 from tilefoundry.ir.hir.tensor.reduce import Reduce, ReduceKind
 from tilefoundry.ir.hir.tensor.transpose import Transpose
+from tilefoundry.ir.hir.tensor.tuple_get_item import TupleGetItem
 from tilefoundry.ir.types import f32, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, Layout, P, S, ShardLayout, Split, make_mesh
 from tilefoundry.visitor_registry import typeinfer_call
@@ -47,7 +50,7 @@ def rand(*shape, seed=0):
 
 def to(x, shape, *attrs, mesh=MESH):
     """reshard(x) to the canonical layout of `attrs` over `mesh`."""
-    return call(SimReshard(layout=sh(shape, *attrs, mesh=mesh).layout), x)
+    return call(Reshard(layout=sh(shape, *attrs, mesh=mesh).layout), x)
 
 
 def softmax(x):
@@ -158,7 +161,7 @@ def test_megatron_mlp():
 )
 def test_reduce_over_the_split_axis_all_reduces(kind, reference):
     f = function_of(
-        {"a": sh((8, 3), S(0))}, lambda a: call(SimReduce(axes=(0,), keepdim=False, kind=kind), a)
+        {"a": sh((8, 3), S(0))}, lambda a: call(Reduce(axes=(0,), keepdim=False, kind=kind), a)
     )
     a = rand(8, 3)
     close(evaluate(f, a), reference(a, axis=0))
@@ -167,7 +170,7 @@ def test_reduce_over_the_split_axis_all_reduces(kind, reference):
 def test_reduce_abs_max_over_the_split_axis():
     f = function_of(
         {"a": sh((8, 3), S(0))},
-        lambda a: call(SimReduce(axes=(0,), keepdim=True, kind=ReduceKind.ABS_MAX), a),
+        lambda a: call(Reduce(axes=(0,), keepdim=True, kind=ReduceKind.ABS_MAX), a),
     )
     a = rand(8, 3)
     close(evaluate(f, a), np.abs(a).max(axis=0, keepdims=True))
@@ -176,7 +179,7 @@ def test_reduce_abs_max_over_the_split_axis():
 def test_reduce_over_an_unsplit_axis_keeps_the_split():
     f = function_of(
         {"a": sh((8, 6), S(0))},
-        lambda a: call(SimReduce(axes=(1,), keepdim=False, kind=ReduceKind.SUM), a),
+        lambda a: call(Reduce(axes=(1,), keepdim=False, kind=ReduceKind.SUM), a),
     )
     a = rand(8, 6)
     assert isinstance(f.body.type.layout.attrs[0], Split)
@@ -185,7 +188,8 @@ def test_reduce_over_an_unsplit_axis_keeps_the_split():
 
 def test_complete_reduction_without_a_combiner_fails_closed():
     f = function_of(
-        {"a": sh((8, 3), S(0))}, lambda a: call(Reduce(axes=(0,), kind=ReduceKind.SUM), a)
+        {"a": sh((8, 3), S(0))},
+        lambda a: call(ReduceWithoutCombiner(axes=(0,), kind=ReduceKind.SUM), a),
     )
     with pytest.raises(UnsupportedError, match="names no combiner"):
         evaluate(f, rand(8, 3))
@@ -274,7 +278,7 @@ def test_loop_carrying_a_split_value():
 def test_tuple_of_sharded_values_projected():
     f = function_of(
         {"a": sh((8,), S(0)), "b": sh((8,), S(0))},
-        lambda a, b: call(SimTupleGetItem(index=1), Tuple((call(ADD, a, b), call(MUL, a, b)))),
+        lambda a, b: call(TupleGetItem(index=1), Tuple((call(ADD, a, b), call(MUL, a, b)))),
     )
     a, b = rand(8), rand(8, seed=1)
     close(evaluate(f, a, b), a * b)
@@ -282,7 +286,7 @@ def test_tuple_of_sharded_values_projected():
 
 def test_local_exposes_each_device_block():
     x_type = sh((8, 2), S(0))
-    local = SimLocal()
+    local = Local()
     out_type = typeinfer_call(local, x_type)
     x = rand(8, 2)
     shards = scatter(x, x_type, "test").shards
@@ -292,7 +296,7 @@ def test_local_exposes_each_device_block():
 
 
 def test_returning_a_device_local_value_fails_closed():
-    f = function_of({"a": sh((8,), S(0))}, lambda a: call(SimLocal(), a))
+    f = function_of({"a": sh((8,), S(0))}, lambda a: call(Local(), a))
     with pytest.raises(UnsupportedError, match="differs across the devices"):
         evaluate(f, rand(8))
 

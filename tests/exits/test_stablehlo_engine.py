@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support.toy_ops import Add, Ident, Pick
 
+from support.toy_ops import Add, Ident, Pick
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.ir.core import Call, Constant, Tuple, Var
 from tilefoundry.ir.hir import ElaborationSession, Function, elaborate, make_grid_region

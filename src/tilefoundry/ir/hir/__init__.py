@@ -17,3 +17,6 @@ __all__ = [
     "make_grid_region",
     "select_variant",
 ]
+
+# Importing the op namespaces registers every op's rules (typeinfer, relation, kernel, surface).
+from tilefoundry.ir.hir import math, nn, shape, sharding, tensor  # noqa: F401

@@ -28,13 +28,15 @@ import numpy as np
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op
 from tilefoundry.ir.types import DType, StorageKind, TensorType, Type, f32
-from tilefoundry.ir.types.shard import Mesh, ShardLayout
+from tilefoundry.ir.types.shard import Mesh, ShardLayout, Split
+from tilefoundry.ir.types.shard.int_tuple import flatten
 from tilefoundry.visitor_registry import ACCESS_RELATION
 from tilefoundry.visitor_registry.access_relation import AccessRelations
 from tilefoundry.visitor_registry.shard_propagate import (
     derive_output_shard_layout,
     partial_reductions_by_axis,
 )
+from tilefoundry.visitor_registry.shard_regroup import logical_groups
 from tilefoundry.visitor_registry.storage import anchor_storage
 
 NO_AFFINE_RELATION: Callable[..., Any] = lambda op, arg_types: None  # noqa: E731
@@ -176,9 +178,7 @@ def compute_in_f32(fn: Callable[..., np.ndarray], out_dtype: DType, *arrays: np.
     """Run `fn` on float operands widened to f32 when narrower (numpy/ml_dtypes lack most narrow
     kernels and promote inconsistently), then round once to the result dtype."""
     widened = [
-        a.astype(np.float32)
-        if a.dtype.kind not in "biu" and a.dtype.itemsize < 4
-        else a
+        a.astype(np.float32) if a.dtype.kind not in "biu" and a.dtype.itemsize < 4 else a
         for a in arrays
     ]
     return np.asarray(fn(*widened)).astype(numpy_dtype(out_dtype), copy=False)
@@ -186,3 +186,31 @@ def compute_in_f32(fn: Callable[..., np.ndarray], out_dtype: DType, *arrays: np.
 
 def is_narrow_float(dtype: DType) -> bool:
     return dtype.is_float and dtype.bits < f32.bits
+
+
+def split_owners(who: str, type_: TensorType) -> dict[int, tuple[int, int, tuple]]:
+    """Mesh axis -> (logical axis, factor index inside that axis, the axis's layout factors).
+
+    A Split names a layout position; ops that reason per logical axis (which axis is split, is
+    it split the same way on two operands) need the canonical regroup (semantic-analysis §3.1)
+    behind it. A position that factors no single logical axis has no such reading and is refused.
+    """
+    layout = type_.layout
+    if not isinstance(layout, ShardLayout):
+        return {}
+    positions = flatten(layout.layout.shape)
+    groups = logical_groups(tuple(type_.shape), positions)
+    owners = {}
+    for mesh_axis, attr in enumerate(layout.attrs):
+        if not isinstance(attr, Split):
+            continue
+        found = [(axis, g) for axis, g in enumerate(groups) if g is not None and attr.axis in g]
+        if not found:
+            raise VerifyError(
+                f"{who}: {mesh_axis_label(layout.mesh, mesh_axis)} splits layout position "
+                f"{attr.axis} of {positions}, which factors no single axis of the logical shape "
+                f"{tuple(type_.shape)}; reshard it to a canonical layout first"
+            )
+        axis, group = found[0]
+        owners[mesh_axis] = (axis, group.index(attr.axis), tuple(positions[p] for p in group))
+    return owners

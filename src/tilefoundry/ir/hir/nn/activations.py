@@ -1,0 +1,134 @@
+"""Elementwise activations: ReLU, Sigmoid, Tanh, Gelu (tanh approximation) and Silu.
+
+Each one keeps x's whole type (shape, dtype, layout, storage): an activation reads exactly the
+element it writes, so nothing about distribution or residency changes. What differs between
+them is only which pending mesh reductions they commute with (hir §1.3 nn):
+
+- ReLU / Sigmoid / Tanh are monotone non-decreasing, so `f(max(a, b)) == max(f(a), f(b))` (and
+  likewise for min): a Partial(max|min) passes, a Partial(sum) does not.
+- Gelu and Silu dip below zero before rising again, so they are not monotone and commute with no
+  reduction at all.
+
+Kernels compute narrow floats in f32 and round once; Silu in particular never rounds its inner
+sigmoid, which is the whole point of fusing it (hir §1.3 Silu).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tilefoundry.errors import VerifyError
+from tilefoundry.ir.core import Op, ParamDef
+from tilefoundry.ir.hir.op_support import compute_in_f32, op_name, refuse_partials, tensor_operands
+from tilefoundry.visitor_registry import (
+    register_access_relation,
+    register_eval,
+    register_surface,
+    register_typeinfer,
+)
+from tilefoundry.visitor_registry.access_relation import elementwise_relations
+
+
+def _only_tanh(value: str) -> str:
+    """hir §1.3 Gelu names "tanh" only; the erf form is not in the seed, so it fails closed."""
+    if value != "tanh":
+        raise VerifyError(f'only "tanh" (the tanh approximation) is defined, got {value!r}')
+    return value
+
+
+class ReLU(Op):
+    """max(x, 0)."""
+
+    x = ParamDef("input")
+
+
+class Sigmoid(Op):
+    """1 / (1 + exp(-x))."""
+
+    x = ParamDef("input")
+
+
+class Tanh(Op):
+    """Hyperbolic tangent."""
+
+    x = ParamDef("input")
+
+
+class Gelu(Op):
+    """Gaussian Error Linear Unit, tanh approximation (HF gelu_pytorch_tanh)."""
+
+    x = ParamDef("input")
+    approximate = ParamDef("attribute", str, default="tanh", validate=_only_tanh)
+
+
+class Silu(Op):
+    """x * sigmoid(x) as one op, the sigmoid kept unrounded."""
+
+    x = ParamDef("input")
+
+
+_MONOTONE = "it is monotone non-decreasing, so it commutes with max/min only"
+_NOT_MONOTONE = "it is not monotone (it dips below zero near the origin), so it commutes with no "
+
+_PARTIAL_RULE = {
+    ReLU: (("max", "min"), f"relu {_MONOTONE}"),
+    Sigmoid: (("max", "min"), f"sigmoid {_MONOTONE}"),
+    Tanh: (("max", "min"), f"tanh {_MONOTONE}"),
+    Gelu: ((), f"gelu {_NOT_MONOTONE}reduction"),
+    Silu: ((), f"silu {_NOT_MONOTONE}reduction"),
+}
+"""hir §1.3 nn: the reductions each activation provably commutes with, and why."""
+
+
+def _typeinfer(op, arg_types, ctx):
+    (x,) = tensor_operands(op, arg_types)
+    takes_int = isinstance(op, ReLU)
+    if not (x.dtype.is_float or (takes_int and x.dtype.is_int)):
+        kinds = "a float or integer" if takes_int else "a float"
+        raise VerifyError(f"{op_name(op)}: operand 'x' must be {kinds} tensor, got {x.dtype}")
+    allowed, why = _PARTIAL_RULE[type(op)]
+    refuse_partials(op, [("x", x)], allowed=allowed, why=why)
+    return x
+
+
+def _relation(op, arg_types):
+    (x,) = tensor_operands(op, arg_types)
+    return elementwise_relations(1, x.shape, [x.shape])
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    """Overflow-free logistic: exp is only ever taken of a non-positive number."""
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
+
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(_GELU_C * (x + 0.044715 * x**3)))
+
+
+_KERNELS = {
+    ReLU: lambda x: np.maximum(x, np.zeros((), x.dtype)),
+    Sigmoid: _sigmoid,
+    Tanh: np.tanh,
+    Gelu: _gelu_tanh,
+    Silu: lambda x: x * _sigmoid(x),
+}
+
+
+def _eval(op, args, out_type):
+    (x,) = args
+    return compute_in_f32(_KERNELS[type(op)], out_type.dtype, np.asarray(x))
+
+
+_SURFACE = {ReLU: "relu", Sigmoid: "sigmoid", Tanh: "tanh", Gelu: "gelu", Silu: "silu"}
+
+for _cls, _name in _SURFACE.items():
+    register_typeinfer(_cls)(_typeinfer)
+    register_access_relation(_cls)(_relation)
+    register_eval(_cls)(_eval)
+    register_surface(_name, _cls)

@@ -1,0 +1,261 @@
+"""Conv2D: torch `conv2d(x, weight, bias, stride, padding, dilation, groups)`, NCHW / OIHW.
+
+The three inputs are fixed (hir §1.3 names "input, weight, and bias"): a convolution without a
+bias passes an explicit zero bias. Channel and kernel extents must be static (grouping has to be
+checked); batch and spatial extents may be symbolic. Operands share one float dtype; narrow
+floats accumulate in f32 and round once.
+
+Relation: domain `[n, o, ho, wo, c, kh, kw]` (c indexes the channels of one group);
+`x[n, g(o)*Cg + c, ho*sh + kh*dh - ph, wo*sw + kw*dw - pw]`, `weight[o, c, kh, kw]`, `bias[o]`,
+`out[n, o, ho, wo]`, where `g(o) = floor(o / (O / groups))` (just `c` when groups == 1).
+
+Sharding, read off that relation and one soundness fact:
+- a Split of the batch axis (x) or of the output channels (weight, with bias split alike or
+  replicated) carries to the output;
+- a spatial Split fails closed: the window reads a halo from the neighbouring shard, which no
+  ShardLayout expresses;
+- a Split of a summed axis (x's channels, weight's channels or kernel window) fails closed,
+  although the convolution alone would leave Partial(sum): every device would also add the whole
+  bias, so completing the sum would count the bias once per device. (DESIGN §4.6: unsound never.)
+
+Pending reductions (hir §1.3: "the same per-axis multilinear constraint to input, weight, and
+bias"): `conv(x, w) + b` is a sum of two terms, bilinear `conv(x, w)` and linear `b`, and it
+commutes with a pending sum on a mesh axis exactly when *each* term carries one Partial(sum)
+there: x or w (never both: cross terms), facing a replicated partner, *and* the bias. A Partial
+on x or w with a replicated bias is rejected (the bias would be added once per device), as is a
+Partial bias alone (the convolution would be). No other reduction commutes.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import islpy as isl
+import numpy as np
+
+from tilefoundry.errors import VerifyError
+from tilefoundry.ir.core import Op, ParamDef
+from tilefoundry.ir.hir.nn.norms import refuse_splits_on
+from tilefoundry.ir.hir.op_support import (
+    completion_remedy,
+    compute_in_f32,
+    mesh_axis_label,
+    op_name,
+    partial_axes,
+    propagate,
+    refuse_partials,
+    result_storage,
+    same_dtype,
+    tensor_operands,
+)
+from tilefoundry.ir.types import TensorType, is_static
+from tilefoundry.ir.types.shard import ShardLayout, Split
+from tilefoundry.visitor_registry import (
+    register_access_relation,
+    register_eval,
+    register_surface,
+    register_typeinfer,
+)
+from tilefoundry.visitor_registry.access_relation import (
+    AccessRelations,
+    AffineAccess,
+    BoundaryRelation,
+)
+
+
+def _pair(minimum: int):
+    def validate(value: object) -> tuple[int, int]:
+        pair = (value, value) if isinstance(value, int) else value
+        ok = isinstance(pair, tuple | list) and len(pair) == 2
+        if not ok or any(isinstance(v, bool) or not isinstance(v, int) for v in pair):
+            raise VerifyError(f"expected an int or a pair of ints, got {value!r}")
+        if min(pair) < minimum:
+            raise VerifyError(f"every entry must be >= {minimum}, got {value!r}")
+        return tuple(pair)
+
+    return validate
+
+
+def _positive(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise VerifyError(f"must be a positive int, got {value!r}")
+    return value
+
+
+class Conv2D(Op):
+    """2-D cross-correlation plus bias (torch conv2d)."""
+
+    x = ParamDef("input")
+    weight = ParamDef("input")
+    bias = ParamDef("input")
+    stride = ParamDef("attribute", tuple, default=(1, 1), validate=_pair(1))
+    padding = ParamDef("attribute", tuple, default=(0, 0), validate=_pair(0))
+    dilation = ParamDef("attribute", tuple, default=(1, 1), validate=_pair(1))
+    groups = ParamDef("attribute", int, default=1, validate=_positive)
+
+
+def _checked(op: Conv2D, arg_types) -> tuple[TensorType, TensorType, TensorType]:
+    x, weight, bias = operands = tensor_operands(op, arg_types)
+    names = type(op).inputs()
+    for name, type_, rank, what in zip(
+        names, operands, (4, 4, 1), ("[N, C, H, W]", "[O, C/groups, kH, kW]", "[O]"), strict=True
+    ):
+        if type_.rank != rank:
+            raise VerifyError(
+                f"{op_name(op)}: operand '{name}' must be {what}, got shape {list(type_.shape)}"
+            )
+    dtype = same_dtype(op, list(zip(names, operands, strict=True)))
+    if not dtype.is_float:
+        raise VerifyError(f"{op_name(op)}: operands must be float tensors, got {dtype}")
+    channels, (out_channels, group_channels, *kernel) = x.shape[1], weight.shape
+    if not all(is_static(e) for e in (channels, out_channels, group_channels, *kernel)):
+        raise VerifyError(
+            f"{op_name(op)}: channel and kernel extents must be static, got x {list(x.shape)} "
+            f"and weight {list(weight.shape)}"
+        )
+    groups = op.groups
+    if out_channels % groups or channels != group_channels * groups:
+        raise VerifyError(
+            f"{op_name(op)}: with groups={groups}, x's {channels} channels must equal weight's "
+            f"{group_channels} x {groups} and weight's {out_channels} output channels must "
+            "divide by groups"
+        )
+    if bias.shape[0] != out_channels:
+        raise VerifyError(
+            f"{op_name(op)}: operand 'bias' must be [{out_channels}] (weight's output "
+            f"channels), got shape {list(bias.shape)}"
+        )
+    return x, weight, bias
+
+
+def _out_shape(op: Conv2D, x: TensorType, weight: TensorType) -> tuple:
+    spatial = []
+    for axis in range(2):
+        extent, kernel = x.shape[2 + axis], weight.shape[2 + axis]
+        stride, pad, dilation = op.stride[axis], op.padding[axis], op.dilation[axis]
+        window = dilation * (kernel - 1) + 1
+        if is_static(extent) and extent + 2 * pad < window:
+            raise VerifyError(
+                f"{op_name(op)}: spatial axis {2 + axis} of x has extent {extent}, padded "
+                f"{extent + 2 * pad}, smaller than the dilated kernel window {window}"
+            )
+        spatial.append((extent + (2 * pad - window)) // stride + 1)
+    return (x.shape[0], weight.shape[0], *spatial)
+
+
+@lru_cache(maxsize=256)
+def _relations(stride, padding, dilation, groups, group_out, group_in) -> AccessRelations:
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    channel = "d4" if groups == 1 else f"floor(d1/{group_out})*{group_in} + d4"
+    exprs = (
+        ("d0", channel, f"{sh}*d2 + {dh}*d5 - {ph}", f"{sw}*d3 + {dw}*d6 - {pw}"),
+        ("d1", "d4", "d5", "d6"),
+        ("d1",),
+    )
+
+    def boundary(axes) -> BoundaryRelation:
+        text = f"{{ [d0, d1, d2, d3, d4, d5, d6] -> [{', '.join(axes)}] }}"
+        return BoundaryRelation(AffineAccess(isl.Map(text)))
+
+    return AccessRelations(tuple(boundary(a) for a in exprs), (boundary(("d0", "d1", "d2", "d3")),))
+
+
+@register_access_relation(Conv2D)
+def _relation(op, arg_types):
+    _, weight, _ = _checked(op, arg_types)
+    out_channels, group_in = weight.shape[0], weight.shape[1]
+    return _relations(
+        op.stride, op.padding, op.dilation, op.groups, out_channels // op.groups, group_in
+    )
+
+
+def _split_on(type_: TensorType, mesh, axis: int) -> bool:
+    layout = type_.layout
+    return (
+        isinstance(layout, ShardLayout)
+        and layout.mesh == mesh
+        and isinstance(layout.attrs[axis], Split)
+    )
+
+
+def _refuse_partials(op: Conv2D, x: TensorType, weight: TensorType, bias: TensorType) -> None:
+    """Per mesh axis: none Partial, or (x xor weight) and bias Partial(sum) (module docstring)."""
+    operands = (("x", x), ("weight", weight), ("bias", bias))
+    refuse_partials(
+        op, operands, allowed=("sum",), why="conv2d is multilinear (it commutes with a sum only)"
+    )
+    px, pw, pb = (set(partial_axes(t)) for _, t in operands)
+    for axis in sorted(px | pw | pb):
+        layout = next(t.layout for _, t in operands if axis in partial_axes(t))
+        label = mesh_axis_label(layout.mesh, axis)
+        if axis in px and axis in pw:
+            why = "x and weight both carry it (a product of sums has cross terms)"
+            culprit = "weight"
+        elif axis not in pb:
+            culprit = "x" if axis in px else "weight"
+            why = f"'{culprit}' carries it but 'bias' is complete: every device would add the bias"
+        elif not (axis in px or axis in pw):
+            why = "only the bias carries it, so every device would add the whole convolution"
+            culprit = "bias"
+        else:
+            name, other_name = ("x", "weight") if axis in px else ("weight", "x")
+            if not _split_on(dict(operands)[other_name], layout.mesh, axis):
+                continue
+            why = f"'{name}' carries it while '{other_name}' is Split there, not replicated"
+            culprit = name
+        raise VerifyError(
+            f"{op_name(op)}: Partial(sum) on {label} does not commute with conv2d: {why}; "
+            f"{completion_remedy(culprit, layout, axis)}"
+        )
+
+
+@register_typeinfer(Conv2D)
+def _typeinfer(op, arg_types, ctx):
+    x, weight, bias = operands = _checked(op, arg_types)
+    _refuse_partials(op, x, weight, bias)
+    refuse_splits_on(
+        op,
+        [("x", x, {2, 3})],
+        "the convolution window reads a halo across that spatial split, which no ShardLayout "
+        "expresses",
+    )
+    refuse_splits_on(
+        op,
+        [("x", x, {1}), ("weight", weight, {1, 2, 3})],
+        "conv2d sums over that axis: each device's partial sum would add the whole bias, "
+        "counting it once per device",
+    )
+    out_shape = _out_shape(op, x, weight)
+    layout = propagate(op, operands, out_shape)
+    return TensorType(out_shape, x.dtype, layout, result_storage(op, operands))
+
+
+def _convolve(op: Conv2D):
+    """Sum over the kernel window of strided input slices, contracted per group with einsum."""
+    (sh, sw), (ph, pw), (dh, dw), groups = op.stride, op.padding, op.dilation, op.groups
+
+    def kernel(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+        n, _, height, width = x.shape
+        out_channels, group_in, kh, kw = weight.shape
+        ho = (height + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+        wo = (width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+        padded = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+        grouped_w = weight.reshape(groups, out_channels // groups, group_in, kh, kw)
+        out = np.zeros((n, groups, out_channels // groups, ho, wo), dtype=x.dtype)
+        for i in range(kh):
+            for j in range(kw):
+                rows = slice(i * dh, i * dh + sh * (ho - 1) + 1, sh)
+                cols = slice(j * dw, j * dw + sw * (wo - 1) + 1, sw)
+                patch = padded[:, :, rows, cols].reshape(n, groups, group_in, ho, wo)
+                out += np.einsum("ngchw,goc->ngohw", patch, grouped_w[..., i, j])
+        return out.reshape(n, out_channels, ho, wo) + bias.reshape(1, -1, 1, 1)
+
+    return kernel
+
+
+@register_eval(Conv2D)
+def _eval(op, args, out_type):
+    return compute_in_f32(_convolve(op), out_type.dtype, *(np.asarray(a) for a in args))
+
+
+register_surface("conv2d", Conv2D)

@@ -1,0 +1,164 @@
+"""MatMul: torch `matmul` — batched, with torch's 1-D promotion and batch broadcasting.
+
+Shapes (torch): `[.., M, K] @ [.., K, N] -> [broadcast(..), M, N]`; a 1-D lhs `[K]` acts as a
+one-row matrix whose row axis is then dropped (`[K] @ [.., K, N] -> [.., N]`), a 1-D rhs `[K]` as a
+one-column matrix whose column axis is dropped (`[.., M, K] @ [K] -> [.., M]`), and `[K] @ [K]` is
+the scalar dot product. Operands share one dtype (no promotion); narrow floats accumulate in f32
+and round once.
+
+The relation is the shared contraction (domain `[batch.., M, N, K]`) when both operands have rank
+>= 2. `contraction_relations` takes matrices only, so for a 1-D operand the dropped M or N is left
+out of the domain altogether (a size-1 promoted axis would only be a reduction dim of extent 1):
+`[K] @ [.., K, N]` iterates `[batch.., N, K]`, `[.., M, K] @ [K]` iterates `[batch.., M, K]`,
+and `[K] @ [K]` iterates `[K]`. K is the last domain dim in every case, and it is a *partial*
+reduction: a K split (on both operands along one mesh axis, or on one operand with the other
+replicated and sliced locally, DESIGN §4.12) leaves Partial(sum) on that mesh axis.
+
+Pending reductions (hir §1.3 nn): matmul is linear in one operand when the other is Broadcast /
+replicated, so on each mesh axis one Partial(sum) passes; two Partials on one mesh axis (the
+product of sums has cross terms), a non-sum Partial, and a Partial facing a Split of the other
+operand on that mesh axis are rejected.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tilefoundry.errors import VerifyError
+from tilefoundry.ir.core import Op, ParamDef
+from tilefoundry.ir.hir.nn.norms import whole_axis_relations
+from tilefoundry.ir.hir.op_support import (
+    completion_remedy,
+    compute_in_f32,
+    mesh_axis_label,
+    op_name,
+    partial_axes,
+    propagate,
+    refuse_partials,
+    result_storage,
+    same_dtype,
+    tensor_operands,
+)
+from tilefoundry.ir.types import TensorType
+from tilefoundry.ir.types.shard import ShardLayout, Split
+from tilefoundry.visitor_registry import (
+    register_access_relation,
+    register_eval,
+    register_surface,
+    register_typeinfer,
+)
+from tilefoundry.visitor_registry.access_relation import broadcast_shapes, contraction_relations
+
+
+class MatMul(Op):
+    """torch.matmul."""
+
+    lhs = ParamDef("input")
+    rhs = ParamDef("input")
+
+
+def _checked(op: MatMul, arg_types) -> tuple[TensorType, TensorType]:
+    lhs, rhs = tensor_operands(op, arg_types)
+    for name, type_ in (("lhs", lhs), ("rhs", rhs)):
+        if type_.rank < 1:
+            raise VerifyError(f"{op_name(op)}: operand '{name}' must have rank >= 1, got a scalar")
+    dtype = same_dtype(op, [("lhs", lhs), ("rhs", rhs)])
+    if dtype.is_bool:
+        raise VerifyError(f"{op_name(op)}: operands must be numeric, got {dtype}")
+    k_lhs, k_rhs = lhs.shape[-1], rhs.shape[0 if rhs.rank == 1 else -2]
+    if k_lhs != k_rhs:
+        raise VerifyError(
+            f"{op_name(op)}: contraction extents differ: lhs {list(lhs.shape)} has K={k_lhs} "
+            f"but rhs {list(rhs.shape)} has K={k_rhs}"
+        )
+    return lhs, rhs
+
+
+def _batch(op: MatMul, lhs: TensorType, rhs: TensorType) -> tuple:
+    try:
+        return broadcast_shapes(lhs.shape[:-2], rhs.shape[:-2])
+    except VerifyError:
+        raise VerifyError(
+            f"{op_name(op)}: batch dims {list(lhs.shape[:-2])} and {list(rhs.shape[:-2])} do not "
+            "broadcast (torch semantics: right-aligned, size 1 or equal)"
+        ) from None
+
+
+def _out_shape(op: MatMul, lhs: TensorType, rhs: TensorType) -> tuple:
+    if lhs.rank == 1:
+        return rhs.shape[:-2] + rhs.shape[-1:] if rhs.rank >= 2 else ()
+    if rhs.rank == 1:
+        return lhs.shape[:-1]
+    return (*_batch(op, lhs, rhs), lhs.shape[-2], rhs.shape[-1])
+
+
+def _vector_relations(lhs_rank: int, rhs_rank: int):
+    """The iteration space without the dropped axis of a 1-D operand; K is the last dim."""
+    if lhs_rank == 1 and rhs_rank == 1:
+        return whole_axis_relations(1, [(0,), (0,)], [()])
+    matrix_rank = max(lhs_rank, rhs_rank)
+    kept, k = tuple(range(matrix_rank - 1)), matrix_rank - 1  # [batch.., M or N], then K
+    if lhs_rank == 1:
+        rhs_reads = (*kept[:-1], k, kept[-1])
+        return whole_axis_relations(matrix_rank, [(k,), rhs_reads], [kept])
+    return whole_axis_relations(matrix_rank, [(*kept, k), (k,)], [kept])
+
+
+@register_access_relation(MatMul)
+def _relation(op, arg_types):
+    lhs, rhs = _checked(op, arg_types)
+    if lhs.rank >= 2 and rhs.rank >= 2:
+        _batch(op, lhs, rhs)
+        return contraction_relations(lhs.shape, rhs.shape)
+    return _vector_relations(lhs.rank, rhs.rank)
+
+
+def _refuse_partials(op: MatMul, lhs: TensorType, rhs: TensorType) -> None:
+    """hir §1.3 nn: one Partial(sum) per mesh axis, facing a replicated operand."""
+    operands = (("lhs", lhs), ("rhs", rhs))
+    refuse_partials(
+        op, operands, allowed=("sum",), why="matmul is linear (it commutes with a pending sum only)"
+    )
+    for (name, own), (other_name, other) in (operands, operands[::-1]):
+        other_layout = other.layout
+        for axis in partial_axes(own):
+            label = mesh_axis_label(own.layout.mesh, axis)
+            if axis in partial_axes(other):
+                raise VerifyError(
+                    f"{op_name(op)}: operands 'lhs' and 'rhs' both carry Partial(sum) on {label}; "
+                    "matmul is linear in one operand at a time (a product of sums has cross "
+                    f"terms); {completion_remedy('rhs', other_layout, axis)}"
+                )
+            facing_split = (
+                isinstance(other_layout, ShardLayout)
+                and other_layout.mesh == own.layout.mesh
+                and isinstance(other_layout.attrs[axis], Split)
+            )
+            if facing_split:
+                raise VerifyError(
+                    f"{op_name(op)}: operand '{name}' carries Partial(sum) on {label} while "
+                    f"'{other_name}' is Split on it; matmul carries a pending sum only against "
+                    f"a replicated operand; {completion_remedy(name, own.layout, axis)}"
+                )
+
+
+@register_typeinfer(MatMul)
+def _typeinfer(op, arg_types, ctx):
+    lhs, rhs = _checked(op, arg_types)
+    _refuse_partials(op, lhs, rhs)
+    relations = _relation(op, (lhs, rhs))
+    k = relations.domain_rank - 1
+    out_shape = _out_shape(op, lhs, rhs)
+    layout = propagate(
+        op, (lhs, rhs), out_shape, relations=relations, partial_reduction_dims=frozenset({k})
+    )
+    return TensorType(out_shape, lhs.dtype, layout, result_storage(op, (lhs, rhs)))
+
+
+@register_eval(MatMul)
+def _eval(op, args, out_type):
+    lhs, rhs = (np.asarray(a) for a in args)
+    return compute_in_f32(np.matmul, out_type.dtype, lhs, rhs)
+
+
+register_surface("matmul", MatMul)

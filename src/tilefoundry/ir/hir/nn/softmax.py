@@ -1,0 +1,86 @@
+"""SoftMax(axis=-1): exp(x - max) / sum(exp(x - max)) along one axis (torch `softmax(x, dim)`).
+
+Like the norms, softmax combines every value of its axis into each output, so that axis stays
+inside one op instance: the iteration domain is x's other axes and the axis is a whole
+(existential) range of both the read and the write (see `norms.whole_axis_relations`). A Split
+along it fails closed, a Split elsewhere carries, and no pending reduction commutes with the
+normalisation (hir §1.3 nn: SoftMax rejects any Partial operand).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tilefoundry.errors import VerifyError
+from tilefoundry.ir.core import Op, ParamDef
+from tilefoundry.ir.hir.nn.norms import reads_except, refuse_splits_on, whole_axis_relations
+from tilefoundry.ir.hir.op_support import (
+    compute_in_f32,
+    normalize_axis,
+    op_name,
+    propagate,
+    refuse_partials,
+    tensor_operands,
+)
+from tilefoundry.ir.types import TensorType
+from tilefoundry.visitor_registry import (
+    register_access_relation,
+    register_eval,
+    register_surface,
+    register_typeinfer,
+)
+
+
+class SoftMax(Op):
+    """Normalised exponentials along `axis`."""
+
+    x = ParamDef("input")
+    axis = ParamDef("attribute", int, default=-1)
+
+
+def _checked(op: SoftMax, arg_types) -> tuple[TensorType, int]:
+    (x,) = tensor_operands(op, arg_types)
+    if x.rank < 1:
+        raise VerifyError(f"{op_name(op)}: operand 'x' must have rank >= 1, got a scalar")
+    if not x.dtype.is_float:
+        raise VerifyError(f"{op_name(op)}: operand 'x' must be a float tensor, got {x.dtype}")
+    return x, normalize_axis(op, op.axis, x.rank)
+
+
+@register_access_relation(SoftMax)
+def _relation(op, arg_types, *, exists: bool = True):
+    x, axis = _checked(op, arg_types)
+    reads = reads_except(x.rank, {axis})
+    return whole_axis_relations(x.rank - 1, [reads], [reads], exists=exists)
+
+
+@register_typeinfer(SoftMax)
+def _typeinfer(op, arg_types, ctx):
+    x, axis = _checked(op, arg_types)
+    why = f"softmax normalises across axis {axis} (a non-monotonic combination of its values)"
+    refuse_partials(op, [("x", x)], why=f"{why}, so no reduction commutes")
+    refuse_splits_on(op, [("x", x, {axis})], f"{why}, so one op instance must see that whole axis")
+    layout = propagate(op, (x,), x.shape, relations=_relation(op, (x,), exists=False))
+    return TensorType(x.shape, x.dtype, layout, x.storage)
+
+
+def _softmax(axis: int):
+    def kernel(x: np.ndarray) -> np.ndarray:
+        # `initial` makes an empty axis legal; a row of only -inf gives nan, as torch does.
+        shift = np.max(x, axis=axis, keepdims=True, initial=-np.inf)
+        with np.errstate(invalid="ignore"):
+            e = np.exp(x - shift)
+            return e / np.sum(e, axis=axis, keepdims=True)
+
+    return kernel
+
+
+@register_eval(SoftMax)
+def _eval(op, args, out_type):
+    (x,) = args
+    x = np.asarray(x)
+    axis = normalize_axis(op, op.axis, x.ndim)
+    return compute_in_f32(_softmax(axis), out_type.dtype, x)
+
+
+register_surface("softmax", SoftMax)

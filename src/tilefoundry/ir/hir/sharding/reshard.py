@@ -1,0 +1,204 @@
+"""Reshard: the one explicit op that changes a value's layout, mesh or storage (hir §1.3).
+
+Typing is the seed's (layout, storage) table. What matters most is the strides it materialises:
+a sugar target (`Layout(shape)` with strides None) takes its physical form from the storage
+direction (rmem < smem < gmem): moving up to a shared level lays every instance out in one C-order
+buffer, moving down gives each instance its own compact engine; verbose strides are the user's
+(e.g. an MMA fragment) and are never rewritten. After this rule no ShardLayout it returns has
+un-materialised strides.
+
+Pending reductions: a Reshard may *complete* a Partial (to Broadcast, or scatter it to a Split —
+the collective runs here), or keep it unchanged (a layout-only change), but it can never *create*
+one: a replicated or split value has no per-device addends to reduce.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tilefoundry.errors import VerifyError
+from tilefoundry.ir.core import Op, ParamDef
+from tilefoundry.ir.hir.op_support import mesh_axis_label, op_name, split_owners, tensor_operands
+from tilefoundry.ir.types import StorageKind, TensorType, normalize_dim, storage_level
+from tilefoundry.ir.types.shard import (
+    Dynamic,
+    Layout,
+    Partial,
+    ShardLayout,
+    Split,
+    per_instance_strides,
+    shared_strides,
+    with_strides,
+)
+from tilefoundry.ir.types.shard.int_tuple import flatten, product
+from tilefoundry.visitor_registry import (
+    register_access_relation,
+    register_eval,
+    register_sharded_eval,
+    register_surface,
+    register_typeinfer,
+)
+from tilefoundry.visitor_registry.access_relation import (
+    AccessRelations,
+    BoundaryRelation,
+    identity_access,
+)
+
+__all__ = ["Reshard", "needs_grid_fence"]
+
+
+class Reshard(Op):
+    """Convert `x` to a target ShardLayout and/or storage; the logical shape never changes."""
+
+    x = ParamDef("input")
+    layout = ParamDef("attribute", ShardLayout, optional=True)
+    storage = ParamDef("attribute", StorageKind, optional=True)
+
+
+def _is_cta_mesh(layout: object) -> bool:
+    return isinstance(layout, ShardLayout) and any(t.name == "cta" for t in layout.mesh.topologies)
+
+
+def needs_grid_fence(x_type: TensorType, out_type: TensorType) -> bool:
+    """Whether lowering this Reshard must emit a grid barrier first (hir Reshard, cross-CTA fence).
+
+    It must when it reads a gmem shard that CTAs of a cta mesh wrote under an ownership the
+    result no longer has (another mesh, or another logical block per mesh axis). Replicated
+    sources count as owned by every CTA, so any change to a Split needs the fence too; an extra
+    barrier is only slower, a missing one is a race.
+    """
+    if x_type.storage != StorageKind.GMEM or not _is_cta_mesh(x_type.layout):
+        return False
+    if not isinstance(out_type.layout, ShardLayout):
+        return True
+    if out_type.layout.mesh != x_type.layout.mesh:
+        return True
+    who = "Reshard"
+    return split_owners(who, x_type) != split_owners(who, out_type)
+
+
+def _check_value_states(op: Op, x: TensorType, target: ShardLayout) -> None:
+    """A Reshard completes or keeps a Partial; it never creates or changes one (see module doc)."""
+    source = x.layout if isinstance(x.layout, ShardLayout) else None
+    same_mesh = source is not None and source.mesh == target.mesh
+    for mesh_axis, attr in enumerate(target.attrs):
+        label = mesh_axis_label(target.mesh, mesh_axis)
+        if isinstance(attr, Dynamic):
+            raise VerifyError(
+                f"{op_name(op)}: the target layout is Dynamic on {label}; a Reshard resolves a "
+                "distribution, so name Split(k) or Broadcast there"
+            )
+        if not isinstance(attr, Partial):
+            continue
+        held = source.attrs[mesh_axis] if same_mesh else None
+        if held != attr:
+            raise VerifyError(
+                f"{op_name(op)}: the target layout is Partial({attr.reduction}) on {label} but "
+                f"x is {held if held is not None else 'not sharded on that mesh'} there; a "
+                "Reshard can complete or keep a pending reduction, never create or change one; "
+                "target Broadcast or Split on that mesh axis"
+            )
+    if source is not None and not same_mesh:
+        for mesh_axis, attr in enumerate(source.attrs):
+            if isinstance(attr, Partial):
+                raise VerifyError(
+                    f"{op_name(op)}: x carries Partial({attr.reduction}) on "
+                    f"{mesh_axis_label(source.mesh, mesh_axis)} and the target is on another "
+                    "mesh; complete it on its own mesh first: insert reshard(x, ...) to "
+                    f"Broadcast on {mesh_axis_label(source.mesh, mesh_axis)}"
+                )
+
+
+def _check_size(op: Op, x: TensorType, target: ShardLayout) -> None:
+    """seed shard §7.4: a Reshard keeps the logical shape, so the layout must cover it exactly."""
+    layout_size, tensor_size = product(target.shape), product(x.shape)
+    if layout_size is None or normalize_dim(layout_size) != normalize_dim(tensor_size):
+        raise VerifyError(
+            f"{op_name(op)}: the target layout {target.layout} has size {layout_size} but x "
+            f"{list(x.shape)} has size {tensor_size}; a Reshard preserves the logical shape, "
+            "use reshape to change it"
+        )
+
+
+def _split_strides_all_zero(layout: object) -> bool:
+    if not isinstance(layout, ShardLayout) or not isinstance(layout.layout, Layout):
+        return False
+    stride = layout.layout.stride
+    splits = [a.axis for a in layout.attrs if isinstance(a, Split)]
+    if stride is None or not splits:
+        return False
+    flat = flatten(stride)
+    return all(flat[k] == 0 for k in splits)
+
+
+def _sugar_strides(op: Op, x: TensorType, target: ShardLayout, storage: StorageKind) -> tuple:
+    """The seed's stride table for a sugar target (strides None)."""
+    if storage == x.storage:
+        if _split_strides_all_zero(x.layout):
+            return per_instance_strides(target)
+        return shared_strides(target)
+    try:
+        upward = storage_level(x.storage) < storage_level(storage)
+    except VerifyError as err:
+        raise VerifyError(
+            f"{op_name(op)}: cannot choose strides for {x.storage} -> {storage}: {err.message}; "
+            "give the target layout explicit strides"
+        ) from None
+    return shared_strides(target) if upward else per_instance_strides(target)
+
+
+def _target_layout(op: Op, x: TensorType, storage: StorageKind) -> ShardLayout:
+    target = op.layout
+    _check_size(op, x, target)
+    _check_value_states(op, x, target)
+    if not isinstance(target.layout, Layout) or target.layout.stride is not None:
+        return target
+    try:
+        return with_strides(target, _sugar_strides(op, x, target, storage))
+    except VerifyError as err:
+        raise VerifyError(f"{op_name(op)}: {err.message}") from None
+
+
+@register_typeinfer(Reshard)
+def _typeinfer(op: Reshard, arg_types, ctx) -> TensorType:
+    (x,) = tensor_operands(op, arg_types)
+    storage = x.storage if op.storage is None else op.storage
+    if storage == StorageKind.UMAT:
+        raise VerifyError(
+            f"{op_name(op)}: the destination storage must be concrete, not umat; name gmem, "
+            "smem or rmem"
+        )
+    if op.layout is None:
+        if storage != x.storage:
+            raise VerifyError(
+                f"{op_name(op)}: a storage change ({x.storage} -> {storage}) must carry an "
+                "explicit layout=; write reshard(x, layout=..., storage=...)"
+            )
+        return x
+    return TensorType(x.shape, x.dtype, _target_layout(op, x, storage), storage)
+
+
+@register_access_relation(Reshard)
+def _relation(op: Reshard, arg_types) -> AccessRelations:
+    """Element i of the result is element i of x: the logical coordinates never move."""
+    rank = len(arg_types[0].shape)
+    identity = BoundaryRelation(identity_access(rank))
+    return AccessRelations((identity,), (identity,))
+
+
+@register_eval(Reshard)
+def _eval(op: Reshard, args, out_type) -> np.ndarray:
+    """On global arrays a Reshard is the identity on values: the collective it implies is run
+    by the evaluator's mesh simulation, and the result's strides are honoured by the evaluator
+    when it scatters the value over the mesh, never by this kernel."""
+    (x,) = args
+    return np.array(x, copy=True)
+
+
+@register_sharded_eval(Reshard)
+def _sharded_eval(op: Reshard, args, call):
+    """On a mesh a Reshard is the collective its type change implies (DESIGN §4.12)."""
+    return call.redistribute(args[0])
+
+
+register_surface("reshard", Reshard)

@@ -1,0 +1,126 @@
+"""CacheUpdate: write `new[:, :s]` into `cache[:, cur_pos:cur_pos + s]` (hir §1.3 CacheUpdate).
+
+The write interval is runtime data, never a shape: the result has the cache's exact type (no
+context-length DimVar grows), the interval is checked by the kernel, and no affine access relation
+is registered (the seed: the boundaries are opaque, so traffic analysis charges whole tensors).
+
+Sharding follows InsertSlice's rules with the length axis (1) as the window: the seed's Partial
+rules exactly, no Split on the length axis, identical Splits on batch / heads / head_dim.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tilefoundry.errors import EvalError, VerifyError
+from tilefoundry.ir.core import Op, ParamDef
+from tilefoundry.ir.hir.op_support import (
+    NO_AFFINE_RELATION,
+    op_name,
+    refuse_partials,
+    same_dtype,
+    tensor_operands,
+)
+from tilefoundry.ir.hir.tensor.insert_slice import check_write_sharding, destination_storage
+from tilefoundry.ir.types import TensorType, format_dim, i32, is_static
+from tilefoundry.visitor_registry import (
+    register_access_relation,
+    register_eval,
+    register_surface,
+    register_typeinfer,
+)
+
+__all__ = ["CacheUpdate"]
+
+_LENGTH_AXIS = 1
+_AXIS_NAMES = ("B", "len", "kv_heads", "head_dim")
+
+
+class CacheUpdate(Op):
+    cache = ParamDef("input")
+    cur_pos = ParamDef("input")
+    s = ParamDef("input")
+    new = ParamDef("input")
+
+
+def _shape_text(type_: TensorType) -> str:
+    return "[" + ", ".join(format_dim(e) for e in type_.shape) + "]"
+
+
+def _check_rank4(op: CacheUpdate, name: str, type_: TensorType) -> None:
+    if type_.rank != 4:
+        raise VerifyError(
+            f"{op_name(op)}: '{name}' must be rank 4 [B, len, kv_heads, head_dim], got rank "
+            f"{type_.rank} {_shape_text(type_)}"
+        )
+
+
+def _check_extents(op: CacheUpdate, cache: TensorType, new: TensorType) -> None:
+    for axis in (0, 2, 3):
+        if cache.shape[axis] != new.shape[axis]:
+            raise VerifyError(
+                f"{op_name(op)}: {_AXIS_NAMES[axis]} differs: cache has "
+                f"{format_dim(cache.shape[axis])} but new has {format_dim(new.shape[axis])}"
+            )
+    cache_len, new_len = cache.shape[_LENGTH_AXIS], new.shape[_LENGTH_AXIS]
+    if is_static(cache_len) and is_static(new_len) and new_len > cache_len:
+        raise VerifyError(
+            f"{op_name(op)}: new.len {new_len} exceeds cache.len {cache_len}; the write cannot fit"
+        )
+
+
+def _check_scalar(op: CacheUpdate, name: str, type_: TensorType) -> None:
+    """seed: an i32 scalar, i.e. rank 0 or only literal size-1 dims."""
+    scalar = all(is_static(e) and e == 1 for e in type_.shape)
+    if type_.dtype != i32 or not scalar:
+        raise VerifyError(
+            f"{op_name(op)}: '{name}' must be an i32 scalar (rank 0 or only size-1 dims), got "
+            f"{type_.dtype}{_shape_text(type_)}"
+        )
+
+
+@register_typeinfer(CacheUpdate)
+def _typeinfer(op: CacheUpdate, arg_types, ctx) -> TensorType:
+    cache, cur_pos, s, new = tensor_operands(op, arg_types)
+    _check_rank4(op, "cache", cache)
+    _check_rank4(op, "new", new)
+    same_dtype(op, [("cache", cache), ("new", new)])
+    _check_extents(op, cache, new)
+    _check_scalar(op, "cur_pos", cur_pos)
+    _check_scalar(op, "s", s)
+    refuse_partials(
+        op,
+        [("cur_pos", cur_pos), ("s", s)],
+        why="a write position or count must be a complete value",
+    )
+    check_write_sharding(op, "cache", cache, "new", new, {_LENGTH_AXIS})
+    return TensorType(cache.shape, cache.dtype, cache.layout, destination_storage(op, cache, new))
+
+
+register_access_relation(CacheUpdate)(NO_AFFINE_RELATION)
+
+
+def _scalar(name: str, value) -> int:
+    array = np.asarray(value)
+    if array.size != 1 or array.dtype.kind not in "iu":
+        raise EvalError(f"CacheUpdate: {name} must be one integer, got {array!r}")
+    return int(array.reshape(()))
+
+
+@register_eval(CacheUpdate)
+def _eval(op: CacheUpdate, args, out_type) -> np.ndarray:
+    """seed: cur_pos >= 0, 1 <= s <= new.len and cur_pos + s <= cache.len, checked here."""
+    cache, new = np.asarray(args[0]), np.asarray(args[3])
+    cur_pos, s = _scalar("cur_pos", args[1]), _scalar("s", args[2])
+    cache_len, new_len = cache.shape[_LENGTH_AXIS], new.shape[_LENGTH_AXIS]
+    if cur_pos < 0 or not 1 <= s <= new_len or cur_pos + s > cache_len:
+        raise EvalError(
+            f"CacheUpdate: writing {s} positions at {cur_pos} needs cur_pos >= 0, "
+            f"1 <= s <= new.len ({new_len}) and cur_pos + s <= cache.len ({cache_len})"
+        )
+    result = np.array(cache, copy=True)
+    result[:, cur_pos : cur_pos + s] = new[:, :s]
+    return result
+
+
+register_surface("cache_update", CacheUpdate)

@@ -1,0 +1,207 @@
+"""Gather (hir tensor Gather; DESIGN §4.8): `out[c.., i.., t..] = x[c.., indices[b.., i..], t..]`.
+
+The read position on the gathered axis is runtime data, so no affine map describes the access:
+Gather registers `NO_AFFINE_RELATION` (traffic analysis charges whole tensors) and its sharding
+rule is written here by hand, as the seed states it:
+
+- Broadcast and Partial carry (a row selection is linear: gather(Σ xᵢ) == Σ gather(xᵢ), and it
+  commutes with max/min just as well, each output element being one input element);
+- a Split on the gathered axis becomes Partial(sum) on that mesh axis (each device holds the true
+  rows it owns and contributes zero rows elsewhere), and only when it is the only Split;
+- a Split on another axis carries, renumbered around the index dims;
+- the output Layout is always natural C-order over the output shape, never inherited.
+
+`indices` must be an integer tensor and replicated (the seed shards only `x`); a batched gather
+(`batch_dims > 0`) over value-carrying shards fails closed. Valid indices lie in [0, extent):
+out-of-range, including negative, indices are an evaluation error rather than numpy's wrap.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tilefoundry.errors import EvalError, VerifyError
+from tilefoundry.ir.core import Op, ParamDef
+from tilefoundry.ir.hir.op_support import (
+    NO_AFFINE_RELATION,
+    mesh_axis_label,
+    normalize_axis,
+    op_name,
+    result_storage,
+    tensor_operands,
+)
+from tilefoundry.ir.types import TensorType, format_dim
+from tilefoundry.ir.types.shard import (
+    Broadcast,
+    Dynamic,
+    Layout,
+    Partial,
+    ShardLayout,
+    Split,
+)
+from tilefoundry.ir.types.shard.int_tuple import flatten, is_static, same_value
+from tilefoundry.ir.types.shard.mesh import c_order_strides
+from tilefoundry.visitor_registry import (
+    register_access_relation,
+    register_eval,
+    register_surface,
+    register_typeinfer,
+)
+from tilefoundry.visitor_registry.shard_regroup import logical_axis_of
+
+
+class Gather(Op):
+    """Gather `x` along `axis` at `indices`; the leading `batch_dims` axes index both."""
+
+    x = ParamDef("input")
+    indices = ParamDef("input")
+    axis = ParamDef("attribute", int)
+    batch_dims = ParamDef("attribute", int, default=0)
+
+
+def _real_sharding(layout: object) -> bool:
+    return isinstance(layout, ShardLayout) and any(
+        not isinstance(a, Broadcast) for a in layout.attrs
+    )
+
+
+def _check_operands(op: Gather, x: TensorType, indices: TensorType) -> int:
+    """The normalised axis, after the seed's batch_dims and index rules."""
+    if not indices.dtype.is_int:
+        raise VerifyError(
+            f"Gather: operand 'indices' must have an integer dtype, got {indices.dtype}; insert "
+            "cast(indices, i32) or cast(indices, i64)"
+        )
+    if _real_sharding(indices.layout):
+        raise VerifyError(
+            f"Gather: operand 'indices' carries the sharding {indices.layout.attrs}; only 'x' may "
+            "be sharded (the seed defines no rule for sharded indices), so it fails closed; "
+            "insert reshard(indices, ...) to Broadcast on every mesh axis first"
+        )
+    if x.rank == 0:
+        raise VerifyError("Gather: operand 'x' is a rank-0 scalar; there is no axis to gather")
+    axis = normalize_axis(op, op.axis, x.rank)
+    batch = op.batch_dims
+    if not 0 <= batch <= min(axis, indices.rank):
+        raise VerifyError(
+            f"Gather: batch_dims {batch} must satisfy 0 <= batch_dims <= min(axis, "
+            f"rank(indices)) = min({axis}, {indices.rank})"
+        )
+    for b in range(batch):
+        if not same_value(x.shape[b], indices.shape[b]):
+            raise VerifyError(
+                f"Gather: batch axis {b} has extent {format_dim(x.shape[b])} in 'x' but "
+                f"{format_dim(indices.shape[b])} in 'indices'; the leading batch_dims axes must "
+                "be equal"
+            )
+    return axis
+
+
+def _output_shape(x: TensorType, indices: TensorType, axis: int, batch: int) -> tuple:
+    return (*x.shape[:axis], *indices.shape[batch:], *x.shape[axis + 1 :])
+
+
+def _output_layout(op: Gather, x: TensorType, out_shape: tuple, axis: int, n_index: int):
+    """The seed's per-mesh-axis migration of x's attrs (see the module docstring)."""
+    sl = x.layout
+    if not _real_sharding(sl):
+        return None
+    if not isinstance(sl.layout, Layout):
+        raise VerifyError(
+            "Gather: operand 'x' has a composed layout, from which no output layout is "
+            "derivable (hir Gather); insert reshard(x, ...) to a plain layout first"
+        )
+    if op.batch_dims > 0:
+        raise VerifyError(
+            f"Gather: a batched gather (batch_dims={op.batch_dims}) over the value-carrying "
+            f"sharding {sl.attrs} of operand 'x' is not supported (hir Gather); insert "
+            "reshard(x, ...) to Broadcast on every mesh axis first"
+        )
+    layout_shape = tuple(flatten(sl.layout.shape))
+    splits: dict[int, tuple[int, tuple[int, ...]]] = {}
+    for mesh_axis, attr in enumerate(sl.attrs):
+        label = mesh_axis_label(sl.mesh, mesh_axis)
+        if isinstance(attr, Dynamic):
+            raise VerifyError(
+                f"Gather: operand 'x' is Dynamic on {label}; resolve it with reshard(x, ...) to "
+                "Split or Broadcast first"
+            )
+        if isinstance(attr, Split):
+            try:
+                splits[mesh_axis] = logical_axis_of(x.shape, layout_shape, attr.axis, 0, label)
+            except VerifyError as err:
+                raise VerifyError(f"Gather: {err.message}") from None
+    gathered = [a for a, (logical, _) in splits.items() if logical == axis]
+    if gathered and len(splits) > 1:
+        raise VerifyError(
+            f"Gather: operand 'x' has several Splits ({sl.attrs}) and one targets the gathered "
+            f"axis {axis}, which has no derivable output (hir Gather); insert reshard(x, ...) "
+            f"to Broadcast on {mesh_axis_label(sl.mesh, gathered[0])} first"
+        )
+    return _carried_layout(sl, layout_shape, splits, out_shape, axis, n_index)
+
+
+def _carried_layout(sl, layout_shape, splits, out_shape, axis, n_index) -> ShardLayout:
+    """Split-carrying output axes keep the input's factors; the others are one position each."""
+    attrs = [
+        Partial("sum") if splits.get(a, (None,))[0] == axis else attr
+        for a, attr in enumerate(sl.attrs)
+    ]
+    moved = {
+        a: (logical if logical < axis else logical + n_index - 1, group)
+        for a, (logical, group) in splits.items()
+        if logical != axis
+    }
+    positions: list = []
+    for out_axis, extent in enumerate(out_shape):
+        owners = {a: group for a, (o, group) in moved.items() if o == out_axis}
+        if not owners:
+            positions.append(extent)
+            continue
+        group = next(iter(owners.values()))
+        for a, _ in owners.items():
+            attrs[a] = Split(len(positions) + group.index(sl.attrs[a].axis))
+        positions.extend(layout_shape[k] for k in group)
+    shape = tuple(positions)
+    stride = c_order_strides(shape) if is_static(shape) else None
+    return ShardLayout(Layout(shape, stride), tuple(attrs), sl.mesh)
+
+
+@register_typeinfer(Gather)
+def _typeinfer(op: Gather, arg_types, ctx) -> TensorType:
+    x, indices = tensor_operands(op, arg_types)
+    axis = _check_operands(op, x, indices)
+    out_shape = _output_shape(x, indices, axis, op.batch_dims)
+    n_index = indices.rank - op.batch_dims
+    layout = _output_layout(op, x, out_shape, axis, n_index)
+    return TensorType(out_shape, x.dtype, layout, result_storage(op, (x, indices)))
+
+
+register_access_relation(Gather)(NO_AFFINE_RELATION)
+
+
+@register_eval(Gather)
+def _eval(op: Gather, args, out_type: TensorType) -> np.ndarray:
+    x, indices = args
+    if indices.dtype.kind not in "iu":
+        raise EvalError(f"{op_name(op)}: 'indices' must be integers, got {indices.dtype}")
+    axis, batch = op.axis % x.ndim, op.batch_dims
+    extent = x.shape[axis]
+    if indices.size and (indices.min() < 0 or indices.max() >= extent):
+        bad = indices[(indices < 0) | (indices >= extent)].flat[0]
+        raise EvalError(
+            f"{op_name(op)}: index {bad} is out of range for axis {axis} of extent {extent} "
+            "(valid: 0..extent-1)"
+        )
+    n_batch = int(np.prod(x.shape[:batch], dtype=np.int64))
+    out_shape = (*x.shape[:axis], *indices.shape[batch:], *x.shape[axis + 1 :])
+    out = np.empty(out_shape, dtype=x.dtype)
+    flat_x = x.reshape((n_batch, *x.shape[batch:]))
+    flat_i = indices.reshape((n_batch, *indices.shape[batch:]))
+    flat_out = out.reshape((n_batch, *out_shape[batch:]))
+    for b in range(n_batch):
+        flat_out[b] = np.take(flat_x[b], flat_i[b], axis=axis - batch)
+    return out
+
+
+register_surface("gather", Gather)

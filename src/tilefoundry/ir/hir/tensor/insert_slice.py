@@ -1,0 +1,252 @@
+"""InsertSlice: write `update` into a window of `dst` (hir §1.3 InsertSlice).
+
+The result is `dst`'s value with the window replaced, so it has `dst`'s type and lives in `dst`'s
+storage (the op's own destination rule: lowering writes into dst's buffer).
+
+Offsets may be runtime values, so the window is data: no affine access relation describes the
+write (as for CacheUpdate), and a literal window is checked here while a runtime one is checked by
+the kernel.
+
+Sharding (beyond the seed's Partial rules, which are exact): a window whose position is runtime
+data cannot be placed on a device's block at compile time, so a Split on an axis the window does
+not cover whole is refused, and on the other axes dst and update must be split the same way (the
+write is then elementwise there). These refusals are conservative, as DESIGN §4.6 allows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tilefoundry.errors import EvalError, VerifyError
+from tilefoundry.ir.core import Constant, Op, ParamDef, Tuple
+from tilefoundry.ir.hir.op_support import (
+    NO_AFFINE_RELATION,
+    completion_remedy,
+    mesh_axis_label,
+    op_name,
+    partial_axes,
+    refuse_partials,
+    same_dtype,
+    split_owners,
+)
+from tilefoundry.ir.types import TensorType, TupleType, Type, format_dim, is_static
+from tilefoundry.ir.types.shard import Dynamic, ShardLayout, Split
+from tilefoundry.visitor_registry import (
+    register_access_relation,
+    register_eval,
+    register_surface,
+    register_typeinfer,
+)
+from tilefoundry.visitor_registry.storage import anchor_storage
+
+__all__ = ["InsertSlice", "check_write_sharding", "destination_storage"]
+
+
+class InsertSlice(Op):
+    dst = ParamDef("input")
+    update = ParamDef("input")
+    offsets = ParamDef("input")
+
+
+def _require_tensor(op: Op, name: str, type_: Type) -> TensorType:
+    if not isinstance(type_, TensorType):
+        raise VerifyError(f"{op_name(op)}: operand '{name}' must be a tensor, got {type_}")
+    return type_
+
+
+def destination_storage(op: Op, dst: TensorType, source: TensorType):
+    """The result lives where the destination lives; an unmaterialised destination takes the
+    source's residency (semantic-analysis §3.3 anchoring, with the op's destination rule for a
+    disagreement instead of an error)."""
+    return anchor_storage(
+        op_name(op), [dst.storage, source.storage], resolve_mixed=lambda _: dst.storage
+    )
+
+
+def _refuse_dynamic(op: Op, name: str, type_: TensorType) -> None:
+    layout = type_.layout
+    if not isinstance(layout, ShardLayout):
+        return
+    for mesh_axis, attr in enumerate(layout.attrs):
+        if isinstance(attr, Dynamic):
+            raise VerifyError(
+                f"{op_name(op)}: operand '{name}' is Dynamic on "
+                f"{mesh_axis_label(layout.mesh, mesh_axis)}; resolve it with reshard({name}, "
+                "...) to Split or Broadcast first"
+            )
+
+
+def _check_partials(op: Op, dst_name: str, dst: TensorType, src_name: str, src: TensorType):
+    """hir §1.3: a Partial dst needs the identical mesh and per-mesh-axis state on the source;
+    a complete dst refuses a Partial source (the result cannot carry that state)."""
+    dst_partials = partial_axes(dst)
+    if not dst_partials:
+        for mesh_axis, reduction in partial_axes(src).items():
+            raise VerifyError(
+                f"{op_name(op)}: operand '{src_name}' carries Partial({reduction}) on "
+                f"{mesh_axis_label(src.layout.mesh, mesh_axis)} but '{dst_name}' is complete, "
+                f"and the written result cannot keep that pending state; "
+                f"{completion_remedy(src_name, src.layout, mesh_axis)}"
+            )
+        return
+    dst_layout, src_layout = dst.layout, src.layout
+    same_mesh = isinstance(src_layout, ShardLayout) and src_layout.mesh == dst_layout.mesh
+    for mesh_axis, attr in enumerate(dst_layout.attrs):
+        held = src_layout.attrs[mesh_axis] if same_mesh else None
+        if type(held) is type(attr) and (held == attr or isinstance(attr, Split)):
+            continue
+        label = mesh_axis_label(dst_layout.mesh, mesh_axis)
+        shown = repr(held) if held is not None else "not sharded on that mesh"
+        raise VerifyError(
+            f"{op_name(op)}: '{dst_name}' carries a Partial, so '{src_name}' must carry the "
+            f"identical mesh and per-mesh-axis state; on {label} '{dst_name}' is {attr!r} but "
+            f"'{src_name}' is {shown}; "
+            f"insert reshard({src_name}, ...) to match '{dst_name}', or complete '{dst_name}' "
+            "first"
+        )
+
+
+def _check_splits(
+    op: Op, dst_name: str, dst: TensorType, src_name: str, src: TensorType, window_axes
+) -> None:
+    """See the module doc: no Split on a window axis, identical Splits elsewhere."""
+    owners = {name: split_owners(op_name(op), t) for name, t in ((dst_name, dst), (src_name, src))}
+    for name, type_ in ((dst_name, dst), (src_name, src)):
+        for mesh_axis, (axis, _, _) in owners[name].items():
+            if axis in window_axes:
+                label = mesh_axis_label(type_.layout.mesh, mesh_axis)
+                raise VerifyError(
+                    f"{op_name(op)}: operand '{name}' is Split on {label} along axis {axis}, "
+                    "where the write window is runtime data and cannot be placed on one "
+                    f"device's block; insert reshard({name}, ...) to Broadcast on {label}"
+                )
+    meshes = {
+        name: t.layout.mesh if owners[name] else None
+        for name, t in ((dst_name, dst), (src_name, src))
+    }
+    if owners[dst_name] != owners[src_name] or meshes[dst_name] != meshes[src_name]:
+        raise VerifyError(
+            f"{op_name(op)}: '{dst_name}' and '{src_name}' must be split the same way outside "
+            f"the write window (the write is elementwise there), got '{dst_name}' "
+            f"{dst.layout} and '{src_name}' {src.layout}; insert reshard({src_name}, ...) to "
+            f"'{dst_name}''s sharding"
+        )
+
+
+def check_write_sharding(
+    op: Op, dst_name: str, dst: TensorType, src_name: str, src: TensorType, window_axes
+) -> None:
+    """The sharding rules shared by the window-writing ops (InsertSlice, CacheUpdate)."""
+    _refuse_dynamic(op, dst_name, dst)
+    _refuse_dynamic(op, src_name, src)
+    _check_partials(op, dst_name, dst, src_name, src)
+    _check_splits(op, dst_name, dst, src_name, src, window_axes)
+
+
+def _offset_types(op: InsertSlice, offsets: Type, rank: int) -> tuple[TensorType, ...]:
+    """hir §1.3: a bare rank-0 integer for a rank-1 dst, else a tuple of them, one per axis."""
+    if isinstance(offsets, TensorType):
+        if rank != 1:
+            raise VerifyError(
+                f"{op_name(op)}: a bare scalar offset is accepted for a rank-1 dst only; dst "
+                f"has rank {rank}, so pass a tuple of {rank} offsets"
+            )
+        fields = (offsets,)
+    elif isinstance(offsets, TupleType):
+        fields = offsets.fields
+        if len(fields) != rank:
+            raise VerifyError(
+                f"{op_name(op)}: {len(fields)} offsets for a rank-{rank} dst; give one per axis"
+            )
+    else:
+        raise VerifyError(f"{op_name(op)}: offsets must be a scalar or a tuple, got {offsets}")
+    for axis, field in enumerate(fields):
+        if not isinstance(field, TensorType) or field.rank or not field.dtype.is_int:
+            raise VerifyError(
+                f"{op_name(op)}: the offset for axis {axis} must be a rank-0 integer scalar, "
+                f"got {field}"
+            )
+    return fields
+
+
+def _literal_offsets(ctx, rank: int) -> list[int | None]:
+    """The compile-time offsets of the Call being typed (None where an offset is runtime)."""
+    call = getattr(ctx, "call", None)
+    node = call.args[2] if call is not None and len(call.args) == 3 else None
+    elements = node.elements if isinstance(node, Tuple) else (node,) * (rank == 1)
+    return [int(np.asarray(e.value)) if isinstance(e, Constant) else None for e in elements]
+
+
+def _check_window(op: InsertSlice, dst: TensorType, update: TensorType, literals) -> None:
+    for axis, (size, extent) in enumerate(zip(update.shape, dst.shape, strict=True)):
+        if is_static(size) and is_static(extent) and size > extent:
+            raise VerifyError(
+                f"{op_name(op)}: update extent {size} exceeds dst extent {extent} on axis "
+                f"{axis}; no window fits"
+            )
+        start = literals[axis] if axis < len(literals) else None
+        if start is None:
+            continue
+        if start < 0 or (is_static(size) and is_static(extent) and start + size > extent):
+            raise VerifyError(
+                f"{op_name(op)}: the window [{start}, {start} + {format_dim(size)}) on axis "
+                f"{axis} is outside dst's extent {format_dim(extent)}"
+            )
+
+
+@register_typeinfer(InsertSlice)
+def _typeinfer(op: InsertSlice, arg_types, ctx) -> TensorType:
+    dst = _require_tensor(op, "dst", arg_types[0])
+    update = _require_tensor(op, "update", arg_types[1])
+    same_dtype(op, [("dst", dst), ("update", update)])
+    if update.rank != dst.rank:
+        raise VerifyError(
+            f"{op_name(op)}: update has rank {update.rank} but dst has rank {dst.rank}; they "
+            "must match"
+        )
+    offsets = _offset_types(op, arg_types[2], dst.rank)
+    refuse_partials(
+        op,
+        [(f"offsets[{i}]", t) for i, t in enumerate(offsets)],
+        why="an offset selects a position and must be a complete value",
+    )
+    _check_window(op, dst, update, _literal_offsets(ctx, dst.rank))
+    window_axes = {
+        i for i, (u, d) in enumerate(zip(update.shape, dst.shape, strict=True)) if u != d
+    }
+    check_write_sharding(op, "dst", dst, "update", update, window_axes)
+    return TensorType(dst.shape, dst.dtype, dst.layout, destination_storage(op, dst, update))
+
+
+register_access_relation(InsertSlice)(NO_AFFINE_RELATION)
+
+
+def _runtime_offsets(offsets, rank: int) -> list[int]:
+    values = offsets if isinstance(offsets, tuple | list) else (offsets,)
+    if len(values) != rank:
+        raise EvalError(f"InsertSlice: {len(values)} offsets for a rank-{rank} dst")
+    return [int(np.asarray(v)) for v in values]
+
+
+@register_eval(InsertSlice)
+def _eval(op: InsertSlice, args, out_type) -> np.ndarray:
+    dst, update, offsets = (np.asarray(args[0]), np.asarray(args[1]), args[2])
+    if update.ndim != dst.ndim or update.dtype != dst.dtype:
+        raise EvalError(
+            f"InsertSlice: update {update.dtype}{list(update.shape)} does not match dst "
+            f"{dst.dtype}{list(dst.shape)} in rank and dtype"
+        )
+    starts = _runtime_offsets(offsets, dst.ndim)
+    for axis, (start, size, extent) in enumerate(zip(starts, update.shape, dst.shape, strict=True)):
+        if start < 0 or start + size > extent:
+            raise EvalError(
+                f"InsertSlice: the window [{start}, {start + size}) on axis {axis} is outside "
+                f"dst's extent {extent}"
+            )
+    result = np.array(dst, copy=True)
+    window = tuple(slice(s, s + n) for s, n in zip(starts, update.shape, strict=True))
+    result[window] = update
+    return result
+
+
+register_surface("insert_slice", InsertSlice)

@@ -1,0 +1,92 @@
+"""ShapeOf and Rank (hir tensor, consensus torch/numpy `shape` / `ndim`): host shape metadata.
+
+ShapeOf(x) is the rank-1 i64 tensor `[rank]` of x's logical extents; Rank(x) the rank-0 i64
+scalar. Both are unmaterialised (`umat`, semantic-analysis §3.3: host shape metadata abstains
+from storage anchoring) and unsharded: the logical shape does not depend on x's sharding or on
+any pending reduction, so every ShardLayout is accepted and none is carried.
+
+They read no element of x. Their relation says exactly that: x's boundary is the empty map (no
+domain point reads any coordinate), so traffic and dependence analysis charge nothing for x.
+"""
+
+from __future__ import annotations
+
+import islpy as isl
+import numpy as np
+
+from tilefoundry.ir.core import Op, ParamDef
+from tilefoundry.ir.hir.op_support import tensor_operands
+from tilefoundry.ir.types import StorageKind, TensorType, i64
+from tilefoundry.visitor_registry import (
+    register_access_relation,
+    register_eval,
+    register_surface,
+    register_typeinfer,
+)
+from tilefoundry.visitor_registry.access_relation import (
+    AccessRelations,
+    AffineAccess,
+    BoundaryRelation,
+    identity_access,
+)
+
+
+class ShapeOf(Op):
+    """The logical shape of `x` as a rank-1 i64 shape value."""
+
+    x = ParamDef("input")
+
+
+class Rank(Op):
+    """The rank of `x` as a rank-0 i64 scalar."""
+
+    x = ParamDef("input")
+
+
+def _reads_nothing(domain_rank: int, operand_rank: int) -> AccessRelations:
+    dims = ", ".join(f"d{i}" for i in range(domain_rank))
+    coords = ", ".join(f"c{i}" for i in range(operand_rank))
+    empty = AffineAccess(isl.Map(f"{{ [{dims}] -> [{coords}] : false }}"))
+    return AccessRelations(
+        (BoundaryRelation(empty),), (BoundaryRelation(identity_access(domain_rank)),)
+    )
+
+
+@register_typeinfer(ShapeOf)
+def _shape_of_typeinfer(op: ShapeOf, arg_types, ctx) -> TensorType:
+    (x,) = tensor_operands(op, arg_types)
+    return TensorType((x.rank,), i64, None, StorageKind.UMAT)
+
+
+@register_typeinfer(Rank)
+def _rank_typeinfer(op: Rank, arg_types, ctx) -> TensorType:
+    tensor_operands(op, arg_types)
+    return TensorType((), i64, None, StorageKind.UMAT)
+
+
+@register_access_relation(ShapeOf)
+def _shape_of_relation(op: ShapeOf, arg_types) -> AccessRelations:
+    (x,) = tensor_operands(op, arg_types)
+    return _reads_nothing(1, x.rank)
+
+
+@register_access_relation(Rank)
+def _rank_relation(op: Rank, arg_types) -> AccessRelations:
+    (x,) = tensor_operands(op, arg_types)
+    return _reads_nothing(0, x.rank)
+
+
+@register_eval(ShapeOf)
+def _shape_of_eval(op: ShapeOf, args, out_type: TensorType) -> np.ndarray:
+    (x,) = args
+    return np.array(x.shape, dtype=np.int64).reshape((x.ndim,))
+
+
+@register_eval(Rank)
+def _rank_eval(op: Rank, args, out_type: TensorType) -> np.ndarray:
+    (x,) = args
+    return np.array(x.ndim, dtype=np.int64)
+
+
+register_surface("shape_of", ShapeOf)
+register_surface("rank", Rank)

@@ -1,0 +1,185 @@
+"""TopK: the k greatest (or least) elements along one axis, as (values, indices) (hir §1.3 TopK).
+
+k is a ShapeDim, so a context-dependent k such as `dim_min(512, CTX // 4)` is the selected axis's
+symbolic length in the result, not a pad-and-mask. The seed checks k against the axis only where
+that is decidable statically and fails open elsewhere; the kernel checks every resolved k.
+
+Kernel ordering: ties are broken by the lower index first, in both directions (a stable sort), so
+results are deterministic; `sorted=False` allows any order and gets that same sorted order.
+"""
+
+from __future__ import annotations
+
+import islpy as isl
+import numpy as np
+
+from tilefoundry.errors import EvalError, VerifyError
+from tilefoundry.ir.core import Op, ParamDef
+from tilefoundry.ir.hir.op_support import (
+    normalize_axis,
+    op_name,
+    propagate,
+    refuse_partials,
+    result_storage,
+    split_owners,
+    tensor_operands,
+)
+from tilefoundry.ir.types import (
+    DimVar,
+    TensorType,
+    TupleType,
+    dim_upper_bound,
+    dim_vars,
+    format_dim,
+    i64,
+    is_static,
+    normalize_dim,
+    resolve_dim,
+)
+from tilefoundry.ir.types.shard import with_strides
+from tilefoundry.ir.types.shard.int_tuple import flatten
+from tilefoundry.ir.types.shard.mesh import c_order_strides
+from tilefoundry.visitor_registry import (
+    register_access_relation,
+    register_eval,
+    register_surface,
+    register_typeinfer,
+)
+from tilefoundry.visitor_registry.access_relation import (
+    AccessRelations,
+    AffineAccess,
+    BoundaryRelation,
+)
+
+__all__ = ["TopK"]
+
+
+class TopK(Op):
+    """`k` is any attribute value here; typeinfer enforces the ShapeDim contract (seed)."""
+
+    x = ParamDef("input")
+    k = ParamDef("attribute")
+    axis = ParamDef("attribute", int, default=-1)
+    largest = ParamDef("attribute", bool, default=True)
+    sorted = ParamDef("attribute", bool, default=True)
+
+
+def _checked_k(op: TopK, x: TensorType, axis: int):
+    """k's seed contract: a ShapeDim, non-negative when static, at most the axis length whenever
+    both sides (or k's static upper bound) are known, and resolvable from x's own shape."""
+    try:
+        k = normalize_dim(op.k, what="k")
+    except VerifyError as err:
+        raise VerifyError(f"{op_name(op)}: {err.message}") from None
+    if is_static(k) and k < 0:
+        raise VerifyError(f"{op_name(op)}: k must be non-negative, got {k}")
+    length = x.shape[axis]
+    bound = k if is_static(k) else dim_upper_bound(k)
+    if is_static(length) and bound is not None and bound > length:
+        raise VerifyError(
+            f"{op_name(op)}: k = {format_dim(k)} can reach {bound}, more than the length "
+            f"{length} of axis {axis}; choose k <= {length}"
+        )
+    known = {v for extent in x.shape for v in dim_vars(extent)}
+    shape = ", ".join(format_dim(e) for e in x.shape)
+    for var in dim_vars(k):
+        if var not in known:
+            raise VerifyError(
+                f"{op_name(op)}: k = {format_dim(k)} uses DimVar {var.name}, which does not "
+                f"appear in x's shape [{shape}], so k cannot be resolved where TopK evaluates; "
+                "derive k from x's own extents"
+            )
+    return k
+
+
+def _refuse_split_axis(op: TopK, x: TensorType, axis: int) -> None:
+    for mesh_axis, (split_axis, _, _) in split_owners(op_name(op), x).items():
+        if split_axis == axis:
+            label = x.layout.mesh.axes[mesh_axis].label
+            raise VerifyError(
+                f"{op_name(op)}: the selected axis {axis} is Split on {label}; a top-k over a "
+                f"split axis needs every device's candidates; insert reshard(x, ...) to "
+                f"Broadcast on {label} first"
+            )
+
+
+@register_typeinfer(TopK)
+def _typeinfer(op: TopK, arg_types, ctx) -> TupleType:
+    (x,) = tensor_operands(op, arg_types)
+    if x.rank == 0:
+        raise VerifyError(f"{op_name(op)}: x is a scalar; TopK selects along an axis")
+    axis = normalize_axis(op, op.axis, x.rank)
+    k = _checked_k(op, x, axis)
+    refuse_partials(
+        op,
+        [("x", x)],
+        why="indices name the winning position, which a per-device addend cannot recover "
+        "(it would need a paired value and device-identity reduction)",
+    )
+    _refuse_split_axis(op, x, axis)
+    shape = tuple(k if i == axis else e for i, e in enumerate(x.shape))
+    layout = propagate(op, arg_types, shape)
+    if layout is not None and layout.layout.stride is None:
+        layout = with_strides(layout, c_order_strides(flatten(layout.shape)))
+    storage = result_storage(op, [x])
+    return TupleType(
+        (TensorType(shape, x.dtype, layout, storage), TensorType(shape, i64, layout, storage))
+    )
+
+
+@register_access_relation(TopK)
+def _relation(op: TopK, arg_types) -> AccessRelations:
+    """Domain = x's coordinates plus one output position `k` on the selected axis: every output
+    position reads the whole selected axis (a reduction dim for the output), the other axes are
+    projections."""
+    rank = len(arg_types[0].shape)
+    axis = normalize_axis(op, op.axis, rank) if rank else 0
+    dims = [f"d{i}" for i in range(rank + 1)]
+    out = [f"d{rank}" if i == axis else f"d{i}" for i in range(rank)]
+
+    def access(exprs):
+        return BoundaryRelation(
+            AffineAccess(isl.Map(f"{{ [{', '.join(dims)}] -> [{', '.join(exprs)}] }}"))
+        )
+
+    output = access(out)
+    return AccessRelations((access(dims[:rank]),), (output, output))
+
+
+def _resolved_k(op: TopK, x: np.ndarray, axis: int, out_type: TupleType) -> int:
+    """k from the result type; a symbolic k is resolved by binding the DimVars the result type
+    shares with x's actual extents on the other axes (the evaluator may also hand a resolved
+    type)."""
+    shape = out_type.fields[0].shape
+    k = shape[axis]
+    if is_static(k):
+        return int(k)
+    bindings = {e: x.shape[i] for i, e in enumerate(shape) if i != axis and isinstance(e, DimVar)}
+    try:
+        return resolve_dim(k, bindings)
+    except VerifyError as err:
+        raise EvalError(f"TopK: cannot resolve k = {format_dim(k)}: {err.message}") from None
+
+
+@register_eval(TopK)
+def _eval(op: TopK, args, out_type):
+    (x,) = args
+    x = np.asarray(x)
+    axis = op.axis % x.ndim
+    k = _resolved_k(op, x, axis, out_type)
+    length = x.shape[axis]
+    if not 0 <= k <= length:
+        raise EvalError(f"TopK: k = {k} is outside [0, {length}] for axis {axis} of {x.shape}")
+    narrow_float = x.dtype.kind not in "biu" and x.dtype.itemsize < 4
+    keys = x.astype(np.float32) if narrow_float else x
+    if op.largest:
+        reversed_order = np.argsort(np.flip(keys, axis), axis=axis, kind="stable")
+        order = length - 1 - np.flip(reversed_order, axis)
+    else:
+        order = np.argsort(keys, axis=axis, kind="stable")
+    indices = np.take(order, np.arange(k), axis=axis)
+    values = np.take_along_axis(x, indices, axis=axis)
+    return values, indices.astype(np.int64)
+
+
+register_surface("topk", TopK)
