@@ -19,6 +19,7 @@ Rule conventions (every op module follows them):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import Any
@@ -27,11 +28,11 @@ import numpy as np
 
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op
-from tilefoundry.ir.types import DType, StorageKind, TensorType, Type, f32
+from tilefoundry.ir.types import DType, StorageKind, TensorType, Type, f32, normalize_dim
 from tilefoundry.ir.types.shard import Mesh, ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten
 from tilefoundry.visitor_registry import ACCESS_RELATION
-from tilefoundry.visitor_registry.access_relation import AccessRelations
+from tilefoundry.visitor_registry.access_relation import AccessRelations, broadcast_shapes
 from tilefoundry.visitor_registry.shard_propagate import (
     derive_output_shard_layout,
     partial_reductions_by_axis,
@@ -214,3 +215,40 @@ def split_owners(who: str, type_: TensorType) -> dict[int, tuple[int, int, tuple
         axis, group = found[0]
         owners[mesh_axis] = (axis, group.index(attr.axis), tuple(positions[p] for p in group))
     return owners
+
+
+def broadcast_operand_shapes(op: Op, operands: Sequence[tuple[str, TensorType]]) -> tuple:
+    """The torch broadcast of the operands' shapes, refused in the op's name when they clash."""
+    try:
+        return broadcast_shapes(*(t.shape for _, t in operands))
+    except VerifyError:
+        shapes = ", ".join(f"'{name}' {list(t.shape)}" for name, t in operands)
+        raise VerifyError(
+            f"{op_name(op)}: operand shapes do not broadcast ({shapes}); each axis, aligned from "
+            "the right, must be equal or 1 — insert broadcast_to or reshape first"
+        ) from None
+
+
+def shape_attribute(shape: tuple) -> tuple:
+    """A target-shape attribute: every entry a non-negative int or a symbolic dim."""
+    if not isinstance(shape, tuple | list):
+        raise VerifyError(f"a shape is a tuple of dims, got {shape!r} (a scalar is shape ())")
+    dims = tuple(normalize_dim(d, what="shape entry") for d in shape)
+    for axis, dim in enumerate(dims):
+        if isinstance(dim, int) and dim < 0:
+            raise VerifyError(f"shape {list(dims)} has the negative extent {dim} at axis {axis}")
+    return dims
+
+
+def as_dtype(value: object) -> DType:
+    """A dtype attribute accepts a DType or its name (DESIGN §4.9: `DType.from_name`)."""
+    return value if isinstance(value, DType) else DType.from_name(value)
+
+
+def check_eps(value: object) -> float:
+    """eps is a finite, non-negative number (an int is widened)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise VerifyError(f"eps must be a number, got {value!r}")
+    if not (math.isfinite(value) and value >= 0):
+        raise VerifyError(f"eps must be finite and non-negative, got {value!r}")
+    return float(value)

@@ -9,17 +9,16 @@ parser §1.9); a Python int stays i64, so it must already match.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
 
 import numpy as np
 
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
+    broadcast_operand_shapes,
     completion_remedy,
     compute_in_f32,
     mesh_axis_label,
-    op_name,
     partial_axes,
     propagate,
     refuse_partials,
@@ -34,7 +33,7 @@ from tilefoundry.visitor_registry import (
     register_surface,
     register_typeinfer,
 )
-from tilefoundry.visitor_registry.access_relation import broadcast_shapes, elementwise_relations
+from tilefoundry.visitor_registry.access_relation import elementwise_relations
 
 
 class BinaryKind(enum.Enum):
@@ -69,18 +68,6 @@ class Binary(Op):
     lhs = ParamDef("input")
     rhs = ParamDef("input")
     kind = ParamDef("attribute", BinaryKind)
-
-
-def broadcast_operand_shapes(op: Op, operands: Sequence[tuple[str, TensorType]]) -> tuple:
-    """The torch broadcast of the operands' shapes, refused in the op's name when they clash."""
-    try:
-        return broadcast_shapes(*(t.shape for _, t in operands))
-    except VerifyError:
-        shapes = ", ".join(f"'{name}' {list(t.shape)}" for name, t in operands)
-        raise VerifyError(
-            f"{op_name(op)}: operand shapes do not broadcast ({shapes}); each axis, aligned from "
-            "the right, must be equal or 1 — insert broadcast_to or reshape first"
-        ) from None
 
 
 def _is_compile_time_scalar(type_: TensorType) -> bool:

@@ -35,7 +35,6 @@ import numpy as np
 
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
-from tilefoundry.ir.hir.nn.norms import refuse_splits_on
 from tilefoundry.ir.hir.op_support import (
     completion_remedy,
     compute_in_f32,
@@ -48,6 +47,7 @@ from tilefoundry.ir.hir.op_support import (
     same_dtype,
     tensor_operands,
 )
+from tilefoundry.ir.hir.whole_axis import refuse_splits_on
 from tilefoundry.ir.types import TensorType, is_static
 from tilefoundry.ir.types.shard import ShardLayout, Split
 from tilefoundry.visitor_registry import (

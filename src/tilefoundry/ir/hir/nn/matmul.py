@@ -26,7 +26,6 @@ import numpy as np
 
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
-from tilefoundry.ir.hir.nn.norms import whole_axis_relations
 from tilefoundry.ir.hir.op_support import (
     completion_remedy,
     compute_in_f32,
@@ -39,6 +38,7 @@ from tilefoundry.ir.hir.op_support import (
     same_dtype,
     tensor_operands,
 )
+from tilefoundry.ir.hir.whole_axis import whole_axis_relations
 from tilefoundry.ir.types import TensorType
 from tilefoundry.ir.types.shard import ShardLayout, Split
 from tilefoundry.visitor_registry import (

@@ -19,18 +19,13 @@ normalised shape is the last axis only, and the affine weight and bias are requi
 
 from __future__ import annotations
 
-import math
-from collections.abc import Collection, Iterable, Sequence
-from functools import lru_cache
-
-import islpy as isl
 import numpy as np
 
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
+    check_eps,
     compute_in_f32,
-    mesh_axis_label,
     op_name,
     propagate,
     refuse_partials,
@@ -38,9 +33,8 @@ from tilefoundry.ir.hir.op_support import (
     same_dtype,
     tensor_operands,
 )
+from tilefoundry.ir.hir.whole_axis import reads_except, refuse_splits_on, whole_axis_relations
 from tilefoundry.ir.types import TensorType
-from tilefoundry.ir.types.shard import ShardLayout, Split
-from tilefoundry.ir.types.shard.int_tuple import flatten
 from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
@@ -49,93 +43,7 @@ from tilefoundry.visitor_registry import (
 )
 from tilefoundry.visitor_registry.access_relation import (
     AccessRelations,
-    AffineAccess,
-    BoundaryRelation,
 )
-from tilefoundry.visitor_registry.shard_regroup import logical_axis_of
-
-# ---------------------------------------------------------------------------------------------
-# Whole-axis helpers (shared with softmax.py, rope.py and conv2d.py; see the report: they would
-# belong in op_support)
-
-Reads = tuple[int | None, ...]
-"""Per value axis, the domain dim it reads as a projection, or None for a whole (free) axis."""
-
-
-@lru_cache(maxsize=1024)
-def _row_access(domain_rank: int, reads: Reads, exists: bool) -> AffineAccess:
-    dims = ", ".join(f"d{i}" for i in range(domain_rank))
-    free = [f"w{i}" if exists else "0" for i in range(len(reads))]
-    exprs = [free[i] if dim is None else f"d{dim}" for i, dim in enumerate(reads)]
-    return AffineAccess(isl.Map(f"{{ [{dims}] -> [{', '.join(exprs)}] }}"))
-
-
-def whole_axis_relations(
-    domain_rank: int, inputs: Sequence[Reads], outputs: Sequence[Reads], *, exists: bool = True
-) -> AccessRelations:
-    """Boundaries whose None axes are covered in full by every domain point (`exists=True`, the
-    registered relation), or pinned to 0 (`exists=False`, the engine's shard view)."""
-
-    def boundary(reads: Reads) -> BoundaryRelation:
-        return BoundaryRelation(_row_access(domain_rank, tuple(reads), exists))
-
-    return AccessRelations(tuple(boundary(r) for r in inputs), tuple(boundary(r) for r in outputs))
-
-
-def reads_except(rank: int, whole: Collection[int]) -> Reads:
-    """Reads of a value whose `whole` axes are free and whose others are the domain, in order."""
-    reads: list[int | None] = []
-    next_dim = 0
-    for axis in range(rank):
-        if axis in whole:
-            reads.append(None)
-        else:
-            reads.append(next_dim)
-            next_dim += 1
-    return tuple(reads)
-
-
-def split_logical_axes(op: Op, name: str, type_: TensorType) -> dict[int, int]:
-    """Mesh axis -> logical axis of every Split on operand `name` (empty when not sharded)."""
-    layout = type_.layout
-    if not isinstance(layout, ShardLayout):
-        return {}
-    index = type(op).inputs().index(name)
-    layout_shape = flatten(layout.layout.shape)
-    found = {}
-    for mesh_axis, attr in enumerate(layout.attrs):
-        if isinstance(attr, Split):
-            label = mesh_axis_label(layout.mesh, mesh_axis)
-            try:
-                axis, _ = logical_axis_of(type_.shape, layout_shape, attr.axis, index, label)
-            except VerifyError as err:
-                raise VerifyError(f"{op_name(op)}: operand '{name}': {err.message}") from None
-            found[mesh_axis] = axis
-    return found
-
-
-def refuse_splits_on(
-    op: Op, operands: Iterable[tuple[str, TensorType, Collection[int]]], why: str
-) -> None:
-    """Refuse a Split along any listed logical axis of an operand; `why` says what that axis is."""
-    for name, type_, axes in operands:
-        for mesh_axis, axis in split_logical_axes(op, name, type_).items():
-            if axis in axes:
-                label = mesh_axis_label(type_.layout.mesh, mesh_axis)
-                raise VerifyError(
-                    f"{op_name(op)}: operand '{name}' is Split on {label} along axis {axis}, "
-                    f"and {why}; insert reshard({name}, ...) to Broadcast on {label} first"
-                )
-
-
-def positive_eps(value: object) -> float:
-    """eps is a finite, non-negative number (an int is widened)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise VerifyError(f"eps must be a number, got {value!r}")
-    if not (math.isfinite(value) and value >= 0):
-        raise VerifyError(f"eps must be finite and non-negative, got {value!r}")
-    return float(value)
-
 
 # ---------------------------------------------------------------------------------------------
 # The ops
@@ -147,7 +55,7 @@ class LayerNorm(Op):
     x = ParamDef("input")
     weight = ParamDef("input")
     bias = ParamDef("input")
-    eps = ParamDef("attribute", float, default=1e-5, validate=positive_eps)
+    eps = ParamDef("attribute", float, default=1e-5, validate=check_eps)
 
 
 class RMSNorm(Op):
@@ -155,7 +63,7 @@ class RMSNorm(Op):
 
     x = ParamDef("input")
     weight = ParamDef("input")
-    eps = ParamDef("attribute", float, default=1e-6, validate=positive_eps)
+    eps = ParamDef("attribute", float, default=1e-6, validate=check_eps)
 
 
 _NORMALISES = "{} normalises across the last axis (a non-monotonic combination of its values)"

@@ -33,12 +33,6 @@ import numpy as np
 
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.core import Op, ParamDef
-from tilefoundry.ir.hir.nn.norms import (
-    reads_except,
-    refuse_splits_on,
-    split_logical_axes,
-    whole_axis_relations,
-)
 from tilefoundry.ir.hir.op_support import (
     completion_remedy,
     compute_in_f32,
@@ -50,6 +44,12 @@ from tilefoundry.ir.hir.op_support import (
     result_storage,
     same_dtype,
     tensor_operands,
+)
+from tilefoundry.ir.hir.whole_axis import (
+    reads_except,
+    refuse_splits_on,
+    split_logical_axes,
+    whole_axis_relations,
 )
 from tilefoundry.ir.types import TensorType, TupleType, is_static
 from tilefoundry.visitor_registry import (

@@ -13,7 +13,6 @@ import numpy as np
 
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
-from tilefoundry.ir.hir.nn.norms import reads_except, refuse_splits_on, whole_axis_relations
 from tilefoundry.ir.hir.op_support import (
     compute_in_f32,
     normalize_axis,
@@ -22,6 +21,7 @@ from tilefoundry.ir.hir.op_support import (
     refuse_partials,
     tensor_operands,
 )
+from tilefoundry.ir.hir.whole_axis import reads_except, refuse_splits_on, whole_axis_relations
 from tilefoundry.ir.types import TensorType
 from tilefoundry.visitor_registry import (
     register_access_relation,

@@ -13,8 +13,13 @@ import numpy as np
 
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
-from tilefoundry.ir.hir.op_support import propagate, result_storage, tensor_operands
-from tilefoundry.ir.types import TensorType, format_dim, normalize_dim
+from tilefoundry.ir.hir.op_support import (
+    propagate,
+    result_storage,
+    shape_attribute,
+    tensor_operands,
+)
+from tilefoundry.ir.types import TensorType, format_dim
 from tilefoundry.ir.types.shard.int_tuple import same_value
 from tilefoundry.visitor_registry import (
     register_access_relation,
@@ -23,17 +28,6 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
 )
 from tilefoundry.visitor_registry.access_relation import elementwise_relations
-
-
-def shape_attribute(shape: tuple) -> tuple:
-    """A target-shape attribute: every entry a non-negative int or a symbolic dim."""
-    if not isinstance(shape, tuple | list):
-        raise VerifyError(f"a shape is a tuple of dims, got {shape!r} (a scalar is shape ())")
-    dims = tuple(normalize_dim(d, what="shape entry") for d in shape)
-    for axis, dim in enumerate(dims):
-        if isinstance(dim, int) and dim < 0:
-            raise VerifyError(f"shape {list(dims)} has the negative extent {dim} at axis {axis}")
-    return dims
 
 
 class BroadcastTo(Op):

@@ -12,6 +12,7 @@ import numpy as np
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
+    as_dtype,
     numpy_dtype,
     refuse_partials,
     result_storage,
@@ -39,11 +40,6 @@ from tilefoundry.visitor_registry.access_relation import elementwise_relations
 
 EVALUATOR_DTYPES = (f32, f16, bf16, fp8e4m3, f8e8m0, i32, i64, bool_)
 """hir §1.3 Cast: the dtypes the reference evaluator can convert to."""
-
-
-def as_dtype(value: object) -> DType:
-    """A dtype attribute accepts a DType or its name (DESIGN §4.9: `DType.from_name`)."""
-    return value if isinstance(value, DType) else DType.from_name(value)
 
 
 class Cast(Op):

@@ -12,8 +12,8 @@ import numpy as np
 
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
-from tilefoundry.ir.hir.math.binary import broadcast_operand_shapes
 from tilefoundry.ir.hir.op_support import (
+    broadcast_operand_shapes,
     numpy_dtype,
     propagate,
     refuse_partials,

@@ -10,9 +10,7 @@ import numpy as np
 
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.core import Op, ParamDef
-from tilefoundry.ir.hir.op_support import numpy_dtype
-from tilefoundry.ir.hir.tensor.broadcast_to import shape_attribute
-from tilefoundry.ir.hir.tensor.cast import as_dtype
+from tilefoundry.ir.hir.op_support import as_dtype, numpy_dtype, shape_attribute
 from tilefoundry.ir.types import DType, StorageKind, TensorType, f8e8m0, format_dim
 from tilefoundry.visitor_registry import (
     register_access_relation,
