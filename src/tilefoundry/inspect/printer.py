@@ -230,6 +230,8 @@ class _Printer:
         return "[" + ", ".join(parts) + "]"
 
     def format_attr(self, value: Any) -> str:
+        if value is None:
+            return "none"
         if isinstance(value, Enum):
             return value.name.lower()
         if isinstance(value, DType):

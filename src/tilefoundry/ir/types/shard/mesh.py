@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import keyword
 from dataclasses import dataclass, fields
+from functools import cached_property
 from math import prod
 
 from tilefoundry.errors import VerifyError
@@ -96,6 +97,24 @@ class MeshAxis:
     def __repr__(self) -> str:
         title = self.name if self.name is not None else str(self.index)
         return f"MeshAxis({title}={self.size!r} of {self.mesh!r})"
+
+    # Layout sugar (parser §1.5): `N @ m.a`, `N @ (m.a * m.b)` and `m.a @ P("sum")` build the
+    # unchecked records of `sugar.py`; the frontend checks them where it knows the source line.
+    # The imports are local because sugar.py builds on this module.
+    def __rmatmul__(self, extent: object) -> object:
+        from tilefoundry.ir.types.shard.sugar import SplitSugar
+
+        return SplitSugar(extent, (self,))
+
+    def __matmul__(self, state: object) -> object:
+        from tilefoundry.ir.types.shard.sugar import ValueStateSugar
+
+        return ValueStateSugar(self, state)
+
+    def __mul__(self, other: object) -> object:
+        from tilefoundry.ir.types.shard.sugar import AxisGroup, axes_of
+
+        return AxisGroup((self, *axes_of(other)))
 
 
 def _normalise_topologies(topologies: object) -> tuple[Topology, ...]:
@@ -202,7 +221,9 @@ class Mesh:
         """The primary (first) topology; `mesh.topology is mesh.topologies[0]`."""
         return self.topologies[0]
 
-    @property
+    # A Mesh is immutable and sits inside every sharded type, so its derived views are computed
+    # once (cached_property writes the instance dict directly, which a frozen dataclass allows).
+    @cached_property
     def shape(self) -> tuple:
         shape = self.layout.shape
         return shape if isinstance(shape, tuple) else (shape,)
@@ -211,7 +232,7 @@ class Mesh:
     def rank(self) -> int:
         return len(self.shape)
 
-    @property
+    @cached_property
     def axes(self) -> tuple[MeshAxis, ...]:
         return tuple(MeshAxis(self, index, extent) for index, extent in enumerate(self.shape))
 

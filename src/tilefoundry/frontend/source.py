@@ -1,0 +1,73 @@
+"""Programs given as text: `parse_source(text, filename)` runs a DSL module from a string.
+
+Tools and the frontend's fuzz test hand the compiler source that is not a file on disk. The text is
+registered with `linecache` under `filename`, so `inspect.getsource` (and therefore `@func`) reads
+it like a file, and every way the program can fail becomes a located VerifyError: a syntax
+error, or Python raising while it evaluates the module's own code (an annotation such as
+`4 @ (m.a, m.b)`, an undefined name at module level). An exception raised inside tilefoundry's
+own code that is not one of our errors is our bug and stays an InternalCompilerError.
+"""
+
+from __future__ import annotations
+
+import linecache
+import traceback
+from pathlib import Path
+from typing import Any
+
+from tilefoundry.errors import InternalCompilerError, TileFoundryError, VerifyError
+from tilefoundry.ir.core import SourceSpan
+
+PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
+
+
+def parse_source(
+    text: str, filename: str = "<tilefoundry>", namespace: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Execute `text` as a module and return its namespace (the `@func` results among it)."""
+    lines = text.splitlines(keepends=True)
+    linecache.cache[filename] = (len(text), None, lines, filename)
+    scope: dict[str, Any] = {"__name__": "__tilefoundry_source__"}
+    scope.update(namespace or {})
+    try:
+        code = compile(text, filename, "exec", dont_inherit=True)
+    except SyntaxError as err:
+        raise VerifyError(
+            f"Module {Path(filename).name}: invalid syntax: {err.msg}",
+            location=SourceSpan(filename, err.lineno or 1, err.offset or 1),
+        ) from None
+    try:
+        exec(code, scope)
+    except VerifyError as err:
+        if err.location is not None:
+            raise
+        raise err.with_location(_program_line(err, filename)) from None
+    except TileFoundryError:
+        raise
+    except Exception as err:
+        raise _classify(err, filename) from None
+    return scope
+
+
+def _program_line(err: Exception, filename: str) -> SourceSpan | None:
+    """The innermost line of the program that was running when `err` was raised."""
+    inside = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == filename]
+    if not inside:
+        return None
+    frame = inside[-1]
+    return SourceSpan(filename, frame.lineno or 1, (frame.colno or 0) + 1)
+
+
+def _classify(err: Exception, filename: str) -> TileFoundryError:
+    frames = traceback.extract_tb(err.__traceback__)
+    last = frames[-1] if frames else None
+    if last is not None and last.filename.startswith(PACKAGE_DIR):
+        return InternalCompilerError(
+            f"frontend: internal error ({type(err).__name__}: {err}) at "
+            f"{last.filename}:{last.lineno}"
+        )
+    return VerifyError(
+        f"Module {Path(filename).name}: evaluating the program raised {type(err).__name__}: "
+        f"{err}; fix the expression on this line",
+        location=_program_line(err, filename) or SourceSpan(filename, 1, 1),
+    )
