@@ -4,10 +4,12 @@ Engines (typeinfer, evaluator, emitter, fusion) import this package, never an op
 modules register their rules here by decorator when they are imported.
 """
 
+from tilefoundry.visitor_registry.fusion_kind import FusionKind
 from tilefoundry.visitor_registry.registry import (
     ACCESS_RELATION,
     CALLEE_TYPEINFER,
     EVAL,
+    FUSION,
     SHARDED_EVAL,
     STABLEHLO,
     TYPEINFER,
@@ -15,6 +17,7 @@ from tilefoundry.visitor_registry.registry import (
     register_access_relation,
     register_callee_typeinfer,
     register_eval,
+    register_fusion_kind,
     register_sharded_eval,
     register_stablehlo,
     register_typeinfer,
@@ -32,9 +35,11 @@ __all__ = [
     "ACCESS_RELATION",
     "CALLEE_TYPEINFER",
     "EVAL",
+    "FUSION",
     "SHARDED_EVAL",
     "STABLEHLO",
     "TYPEINFER",
+    "FusionKind",
     "Registry",
     "SurfaceEntry",
     "TypeInferContext",
@@ -42,6 +47,7 @@ __all__ = [
     "register_access_relation",
     "register_callee_typeinfer",
     "register_eval",
+    "register_fusion_kind",
     "register_sharded_eval",
     "register_stablehlo",
     "register_surface",

@@ -75,9 +75,14 @@ evaluator's values and `call` is the evaluator's `ShardedCall` (its helpers run 
 execution with a completion combiner, redistribute for Reshard, expose shards for Local, or map a
 custom per-device function). Consulted only when a call touches a mesh; most ops register none."""
 
+FUSION = Registry("fusion kind")
+"""`rule(op) -> FusionKind`: the op's role for the fusion pass (SFEP-0053 §3.5): elementwise, a
+view-like index map, a reduction or contraction root, or a barrier. Declared by each op module,
+so the pass never inspects op classes."""
+
 _BY_KIND = {
     r.kind: r
-    for r in (TYPEINFER, CALLEE_TYPEINFER, ACCESS_RELATION, EVAL, STABLEHLO, SHARDED_EVAL)
+    for r in (TYPEINFER, CALLEE_TYPEINFER, ACCESS_RELATION, EVAL, STABLEHLO, SHARDED_EVAL, FUSION)
 }
 
 register_typeinfer = TYPEINFER.register
@@ -86,6 +91,11 @@ register_access_relation = ACCESS_RELATION.register
 register_eval = EVAL.register
 register_stablehlo = STABLEHLO.register
 register_sharded_eval = SHARDED_EVAL.register
+
+
+def register_fusion_kind(cls: type, kind: Any) -> None:
+    """Declare `cls`'s fusion role; a kind that depends on attributes registers a rule instead."""
+    FUSION.register(cls)(lambda op: kind)
 
 
 def registered(kind: str | Registry) -> tuple[type, ...]:

@@ -1,6 +1,7 @@
 """Every HIR op has every rule (DESIGN §2: "A coverage test asserts that every registered op has
 every rule"): a typeinfer rule, an access relation (or the explicit NO_AFFINE_RELATION marker), a
-reference kernel, and at least one DSL surface name. Test-only ops (under `tests/`) are excluded.
+reference kernel, a fusion kind, and at least one DSL surface name. Test-only ops (under
+`tests/`) are excluded.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from tilefoundry.ir.core import Op
 from tilefoundry.visitor_registry import (
     ACCESS_RELATION,
     EVAL,
+    FUSION,
     TYPEINFER,
     surface_entry,
     surface_names,
@@ -48,5 +50,6 @@ def test_every_seed_op_is_registered():
 def test_op_has_every_rule(op_class):
     assert ACCESS_RELATION.has(op_class), f"{op_class.__name__}: no access relation (or marker)"
     assert EVAL.has(op_class), f"{op_class.__name__}: no reference kernel"
+    assert FUSION.has(op_class), f"{op_class.__name__}: no fusion kind"
     spelled = [n for n in surface_names() if surface_entry(n).op_class is op_class]
     assert spelled, f"{op_class.__name__}: no tf.<name> surface spelling"

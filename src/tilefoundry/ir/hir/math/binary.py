@@ -28,8 +28,10 @@ from tilefoundry.ir.hir.op_support import (
 )
 from tilefoundry.ir.types import DType, StorageKind, TensorType, bool_, f32
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -258,3 +260,4 @@ _SURFACE_NAMES = {
 }
 for _name, _kind in _SURFACE_NAMES.items():
     register_surface(_name, Binary, kind=_kind)
+register_fusion_kind(Binary, FusionKind.ELEMENTWISE)

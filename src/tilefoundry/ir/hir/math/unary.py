@@ -22,8 +22,10 @@ from tilefoundry.ir.hir.op_support import (
 )
 from tilefoundry.ir.types import DType, TensorType
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -170,3 +172,4 @@ _SURFACE_NAMES = {
 }
 for _name, _kind in _SURFACE_NAMES.items():
     register_surface(_name, Unary, kind=_kind)
+register_fusion_kind(Unary, FusionKind.ELEMENTWISE)

@@ -23,8 +23,10 @@ from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import compute_in_f32, op_name, refuse_partials, tensor_operands
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -132,3 +134,8 @@ for _cls, _name in _SURFACE.items():
     register_access_relation(_cls)(_relation)
     register_eval(_cls)(_eval)
     register_surface(_name, _cls)
+register_fusion_kind(ReLU, FusionKind.ELEMENTWISE)
+register_fusion_kind(Sigmoid, FusionKind.ELEMENTWISE)
+register_fusion_kind(Tanh, FusionKind.ELEMENTWISE)
+register_fusion_kind(Gelu, FusionKind.ELEMENTWISE)
+register_fusion_kind(Silu, FusionKind.ELEMENTWISE)

@@ -51,8 +51,10 @@ from tilefoundry.ir.hir.whole_axis import refuse_splits_on
 from tilefoundry.ir.types import TensorType, is_static
 from tilefoundry.ir.types.shard import ShardLayout, Split
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -259,3 +261,4 @@ def _eval(op, args, out_type):
 
 
 register_surface("conv2d", Conv2D)
+register_fusion_kind(Conv2D, FusionKind.CONTRACTION)

@@ -42,8 +42,10 @@ from tilefoundry.ir.hir.whole_axis import whole_axis_relations
 from tilefoundry.ir.types import TensorType
 from tilefoundry.ir.types.shard import ShardLayout, Split
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -162,3 +164,4 @@ def _eval(op, args, out_type):
 
 
 register_surface("matmul", MatMul)
+register_fusion_kind(MatMul, FusionKind.CONTRACTION)

@@ -36,8 +36,10 @@ from tilefoundry.ir.hir.op_support import (
 from tilefoundry.ir.hir.whole_axis import reads_except, refuse_splits_on, whole_axis_relations
 from tilefoundry.ir.types import TensorType
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -146,3 +148,5 @@ for _cls, _name in ((LayerNorm, "layer_norm"), (RMSNorm, "rms_norm")):
     register_access_relation(_cls)(_relations)
     register_eval(_cls)(_eval)
     register_surface(_name, _cls)
+register_fusion_kind(LayerNorm, FusionKind.REDUCTION)
+register_fusion_kind(RMSNorm, FusionKind.REDUCTION)

@@ -53,8 +53,10 @@ from tilefoundry.ir.hir.whole_axis import (
 )
 from tilefoundry.ir.types import TensorType, TupleType, is_static
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -212,3 +214,4 @@ def _eval(op, args, out_type):
 
 
 register_surface("rope", RoPE)
+register_fusion_kind(RoPE, FusionKind.BARRIER)

@@ -24,8 +24,10 @@ from tilefoundry.ir.hir.op_support import (
 from tilefoundry.ir.hir.whole_axis import reads_except, refuse_splits_on, whole_axis_relations
 from tilefoundry.ir.types import TensorType
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -84,3 +86,4 @@ def _eval(op, args, out_type):
 
 
 register_surface("softmax", SoftMax)
+register_fusion_kind(SoftMax, FusionKind.REDUCTION)

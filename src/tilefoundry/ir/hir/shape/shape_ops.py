@@ -22,8 +22,10 @@ from tilefoundry.ir.types import StorageKind, TensorType, TupleType, i64
 from tilefoundry.ir.types.shard import Broadcast, ShardLayout
 from tilefoundry.ir.types.shard.int_tuple import is_int
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -135,3 +137,5 @@ def _compose_eval(op: ShapeCompose, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("shape_extract", ShapeExtract)
 register_surface("shape_compose", ShapeCompose)
+register_fusion_kind(ShapeExtract, FusionKind.BARRIER)
+register_fusion_kind(ShapeCompose, FusionKind.BARRIER)

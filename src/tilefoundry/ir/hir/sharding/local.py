@@ -28,8 +28,10 @@ from tilefoundry.ir.types.shard import (
 from tilefoundry.ir.types.shard.int_tuple import flatten, is_value
 from tilefoundry.ir.types.shard.mesh import c_order_strides
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_sharded_eval,
     register_surface,
     register_typeinfer,
@@ -149,3 +151,4 @@ def _sharded_eval(op: Local, args, call):
 
 
 register_surface("local", Local)
+register_fusion_kind(Local, FusionKind.BARRIER)

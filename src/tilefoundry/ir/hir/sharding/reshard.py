@@ -32,8 +32,10 @@ from tilefoundry.ir.types.shard import (
 )
 from tilefoundry.ir.types.shard.int_tuple import flatten, product
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_sharded_eval,
     register_surface,
     register_typeinfer,
@@ -202,3 +204,4 @@ def _sharded_eval(op: Reshard, args, call):
 
 
 register_surface("reshard", Reshard)
+register_fusion_kind(Reshard, FusionKind.BARRIER)

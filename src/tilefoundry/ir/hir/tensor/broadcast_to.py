@@ -22,8 +22,10 @@ from tilefoundry.ir.hir.op_support import (
 from tilefoundry.ir.types import TensorType, format_dim
 from tilefoundry.ir.types.shard.int_tuple import same_value
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -78,3 +80,4 @@ def _eval(op: BroadcastTo, args, out_type: TensorType) -> np.ndarray:
 
 
 register_surface("broadcast_to", BroadcastTo)
+register_fusion_kind(BroadcastTo, FusionKind.VIEW)

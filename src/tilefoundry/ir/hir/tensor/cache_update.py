@@ -24,8 +24,10 @@ from tilefoundry.ir.hir.op_support import (
 from tilefoundry.ir.hir.tensor.insert_slice import check_write_sharding, destination_storage
 from tilefoundry.ir.types import TensorType, format_dim, i32, is_static
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -124,3 +126,4 @@ def _eval(op: CacheUpdate, args, out_type) -> np.ndarray:
 
 
 register_surface("cache_update", CacheUpdate)
+register_fusion_kind(CacheUpdate, FusionKind.BARRIER)

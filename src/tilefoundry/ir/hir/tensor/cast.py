@@ -31,8 +31,10 @@ from tilefoundry.ir.types import (
     i64,
 )
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -82,3 +84,4 @@ def _eval(op: Cast, args, out_type: TensorType) -> np.ndarray:
 
 
 register_surface("cast", Cast)
+register_fusion_kind(Cast, FusionKind.ELEMENTWISE)

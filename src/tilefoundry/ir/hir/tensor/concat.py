@@ -38,8 +38,10 @@ from tilefoundry.ir.types import TensorType, TupleType, dim_add, format_dim
 from tilefoundry.ir.types.shard import ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten, same_value
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -209,3 +211,5 @@ def _stack_eval(op: Stack, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("concat", Concat)
 register_surface("stack", Stack)
+register_fusion_kind(Concat, FusionKind.BARRIER)
+register_fusion_kind(Stack, FusionKind.BARRIER)

@@ -42,8 +42,10 @@ from tilefoundry.ir.types.shard import (
 from tilefoundry.ir.types.shard.int_tuple import flatten, is_static, same_value
 from tilefoundry.ir.types.shard.mesh import c_order_strides
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -205,3 +207,4 @@ def _eval(op: Gather, args, out_type: TensorType) -> np.ndarray:
 
 
 register_surface("gather", Gather)
+register_fusion_kind(Gather, FusionKind.BARRIER)

@@ -32,8 +32,10 @@ from tilefoundry.ir.hir.op_support import (
 from tilefoundry.ir.types import TensorType, TupleType, Type, format_dim, is_static
 from tilefoundry.ir.types.shard import Dynamic, ShardLayout, Split
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -250,3 +252,4 @@ def _eval(op: InsertSlice, args, out_type) -> np.ndarray:
 
 
 register_surface("insert_slice", InsertSlice)
+register_fusion_kind(InsertSlice, FusionKind.BARRIER)

@@ -39,8 +39,10 @@ from tilefoundry.ir.types.shard import Layout, ShardLayout, with_strides
 from tilefoundry.ir.types.shard.int_tuple import flatten
 from tilefoundry.ir.types.shard.mesh import c_order_strides
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_sharded_eval,
     register_surface,
     register_typeinfer,
@@ -276,3 +278,4 @@ def _sharded_eval(op: Reduce, args, call):
 
 
 register_surface("reduce", Reduce)
+register_fusion_kind(Reduce, FusionKind.REDUCTION)

@@ -30,8 +30,10 @@ from tilefoundry.ir.types.shard.int_tuple import flatten, is_int, is_value, same
 from tilefoundry.ir.types.shard.mesh import c_order_strides
 from tilefoundry.ir.types.shard.shard_layout import split_positions
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -331,3 +333,4 @@ def _eval(op: Reshape, args, out_type: TensorType) -> np.ndarray:
 
 
 register_surface("reshape", Reshape)
+register_fusion_kind(Reshape, FusionKind.VIEW)

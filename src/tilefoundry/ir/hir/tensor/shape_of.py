@@ -18,8 +18,10 @@ from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import tensor_operands
 from tilefoundry.ir.types import StorageKind, TensorType, i64
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -90,3 +92,5 @@ def _rank_eval(op: Rank, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("shape_of", ShapeOf)
 register_surface("rank", Rank)
+register_fusion_kind(ShapeOf, FusionKind.BARRIER)
+register_fusion_kind(Rank, FusionKind.BARRIER)

@@ -34,8 +34,10 @@ from tilefoundry.ir.types import TensorType, format_dim
 from tilefoundry.ir.types.shard import ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten, is_int
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -199,3 +201,4 @@ def _eval(op: Slice, args, out_type: TensorType) -> np.ndarray:
 
 
 register_surface("slice", Slice)
+register_fusion_kind(Slice, FusionKind.VIEW)

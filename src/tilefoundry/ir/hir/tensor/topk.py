@@ -40,8 +40,10 @@ from tilefoundry.ir.types.shard import with_strides
 from tilefoundry.ir.types.shard.int_tuple import flatten
 from tilefoundry.ir.types.shard.mesh import c_order_strides
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -183,3 +185,4 @@ def _eval(op: TopK, args, out_type):
 
 
 register_surface("topk", TopK)
+register_fusion_kind(TopK, FusionKind.BARRIER)

@@ -19,8 +19,10 @@ from tilefoundry.ir.hir.op_support import (
 )
 from tilefoundry.ir.types import TensorType
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -84,3 +86,4 @@ def _eval(op: Transpose, args, out_type: TensorType) -> np.ndarray:
 
 
 register_surface("transpose", Transpose)
+register_fusion_kind(Transpose, FusionKind.VIEW)

@@ -13,8 +13,10 @@ from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import NO_AFFINE_RELATION
 from tilefoundry.ir.types import TupleType, Type
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_sharded_eval,
     register_surface,
     register_typeinfer,
@@ -66,3 +68,4 @@ def _sharded_eval(op: TupleGetItem, args, call):
 
 
 register_surface("tuple_get_item", TupleGetItem)
+register_fusion_kind(TupleGetItem, FusionKind.BARRIER)

@@ -23,8 +23,10 @@ from tilefoundry.ir.hir.op_support import (
 )
 from tilefoundry.ir.types import TensorType
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -77,3 +79,4 @@ def _eval(op: Where, args, out_type: TensorType) -> np.ndarray:
 
 
 register_surface("where", Where)
+register_fusion_kind(Where, FusionKind.ELEMENTWISE)

@@ -13,8 +13,10 @@ from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import as_dtype, numpy_dtype, shape_attribute
 from tilefoundry.ir.types import DType, StorageKind, TensorType, f8e8m0, format_dim
 from tilefoundry.visitor_registry import (
+    FusionKind,
     register_access_relation,
     register_eval,
+    register_fusion_kind,
     register_surface,
     register_typeinfer,
 )
@@ -71,3 +73,4 @@ def _eval(op: Zeros, args, out_type: TensorType) -> np.ndarray:
 
 
 register_surface("zeros", Zeros)
+register_fusion_kind(Zeros, FusionKind.BARRIER)
