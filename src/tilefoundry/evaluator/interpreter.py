@@ -27,7 +27,7 @@ from tilefoundry.evaluator.dtypes import check_dtype, check_type_dtypes
 from tilefoundry.evaluator.mesh_sim import ShardedCall, run_call, touches_mesh
 from tilefoundry.evaluator.values import scatter
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var
-from tilefoundry.ir.hir import Function, GridRegionExpr, elaborate, select_variant
+from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
 from tilefoundry.ir.types.shard import ShardLayout
 from tilefoundry.visitor_registry import EVAL, TypeInferContext
@@ -173,7 +173,16 @@ class Interpreter:
             if isinstance(node.target, Function):
                 callee = elaborate(node.target, tuple(a.type for a in node.args))
                 return self.invoke(callee, args)[1]
+            if isinstance(node.target, FusionRegion):
+                return self._fusion(node.target, args, frame)
         raise UnsupportedError(f"{type(node).__name__}: the reference evaluator cannot evaluate it")
+
+    def _fusion(self, region: FusionRegion, args: tuple, frame: _Frame) -> Any:
+        """A region is evaluated like a call: its body runs in a fresh activation with its
+        inputs bound, so fused and unfused programs execute exactly the same op kernels."""
+        inner = _Frame(None, dict(zip(region.inputs, args, strict=True)), frame.bindings)
+        results = tuple(self.value(output, inner) for output in region.outputs)
+        return results[0] if len(results) == 1 else results
 
     def _constant(self, node: Constant) -> Any:
         type_ = node.type

@@ -20,7 +20,7 @@ from tilefoundry.errors import UnsupportedError
 from tilefoundry.exits.lowering import Lowered, Lowering
 from tilefoundry.exits.mlir_text import check_logical_layout, dense_literal, flat_types
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var
-from tilefoundry.ir.hir import Function, GridRegionExpr, select_variant
+from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, select_variant
 from tilefoundry.ir.types import TensorType, TupleType, Type, i64, resolve_dim
 from tilefoundry.visitor_registry import STABLEHLO
 
@@ -114,6 +114,8 @@ class _FunctionEmitter:
             return self.lower_call(node)
         if isinstance(node, Call) and isinstance(node.target, Op):
             return self.lower_op(node)
+        if isinstance(node, Call) and isinstance(node.target, FusionRegion):
+            return self.lower_fusion(node)
         rule = STABLEHLO.lookup(type(node))  # e.g. FusionRegion registers its own lowering
         return rule(node, self)
 
@@ -143,6 +145,16 @@ class _FunctionEmitter:
         signature = f"({', '.join(arg_types)}) -> ({', '.join(results)})"
         names = self.lw.op(f"func.call @{symbol}({', '.join(args)}) : {signature}", len(results))
         return _regroup(_flatten(names), call.type)
+
+    def lower_fusion(self, call: Call) -> Lowered:
+        """A region is emitted inline: its body lowers into this function's SSA namespace with the
+        region inputs bound to the argument names (downstream XLA re-fuses as it likes)."""
+        region = call.target
+        inner = _FunctionEmitter(self.module, self.lw)
+        for var, arg in zip(region.inputs, call.args, strict=True):
+            inner.values[var] = self.values[arg]
+        results = tuple(inner.lower(output) for output in region.outputs)
+        return results[0] if len(results) == 1 else results
 
     def lower_loop(self, loop: GridRegionExpr) -> Lowered:
         """`stablehlo.while` over (induction, carries..., captures...): every outer value the body

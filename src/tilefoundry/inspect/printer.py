@@ -11,7 +11,9 @@ Values are numbered in a depth-first post-order walk from the returned value, so
 prints the same text. A value keeps the name its author bound (`BindingName` metadata) when that
 name is free, else it gets the next number. A called Function is printed once per distinct
 instance (elaboration makes one per specialization), after its first caller, as `@name`,
-`@name.1`, .... A GridRegionExpr prints as a nested block; the values its body computes without
+`@name.1`, .... A Call of a FusionRegion prints as a nested block whose region inputs read as
+the outer argument names (`%3 = fusion(%a, %b) kind=loop { ... yield %2 } : type`). A
+GridRegionExpr prints as a nested block; the values its body computes without
 reading the loop's own variables are printed before the block, so every name is defined before
 it is used and in the scope where it is used.
 """
@@ -28,7 +30,7 @@ import numpy as np
 from tilefoundry.inspect.type_text import MeshNames, format_shard_layout, format_type
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var, binding_name
 from tilefoundry.ir.core import source_span as span_of
-from tilefoundry.ir.hir import Function, GridRegionExpr
+from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
 from tilefoundry.ir.types import DType, format_dim
 from tilefoundry.ir.types.shard import ShardLayout
 
@@ -130,6 +132,8 @@ class _Printer:
                 stack.extend(v for v in expr.variants)
                 if expr.body is not None:
                     stack.append(expr.body)
+            if isinstance(expr, FusionRegion):
+                stack.extend(expr.outputs)
             if isinstance(expr, Call):
                 if isinstance(expr.target, Expr):
                     stack.append(expr.target)
@@ -168,6 +172,9 @@ class _Printer:
             return
         for child in children(expr):
             self.emit(child, lines, depth)
+        if isinstance(expr, Call) and isinstance(expr.target, FusionRegion):
+            self.emit_fusion(expr, lines, depth)
+            return
         lines.append(INDENT * depth + self.value_line(expr))
 
     def value_line(self, expr: Expr) -> str:
@@ -211,6 +218,21 @@ class _Printer:
         lines.extend(inner)
         lines.append(
             INDENT * depth + f"}} : {format_type(region.type, self.meshes)}{self.location(region)}"
+        )
+
+    def emit_fusion(self, call: Call, lines: list[str], depth: int) -> None:
+        region = call.target
+        for var, arg in zip(region.inputs, call.args, strict=True):
+            self.names[var] = self.names[arg]
+        lhs = self.bind(call)
+        args = ", ".join(self.ref(a) for a in call.args)
+        lines.append(INDENT * depth + f"{lhs} = fusion({args}) kind={region.kind} {{")
+        for output in region.outputs:
+            self.emit(output, lines, depth + 1)
+        yielded = ", ".join(self.ref(o) for o in region.outputs)
+        lines.append(INDENT * (depth + 1) + f"yield {yielded}")
+        lines.append(
+            INDENT * depth + f"}} : {format_type(call.type, self.meshes)}{self.location(call)}"
         )
 
     def _hoist_invariants(self, region: GridRegionExpr, lines: list[str], depth: int) -> None:

@@ -1,0 +1,182 @@
+"""fuse: the producer->consumer fusion pass (SFEP-0053 §3.5 as DESIGN §6 words it).
+
+Planning walks each function's top-level block in reverse block order, so every consumer is
+visited before its producers. An op that no region holds yet seeds a region, which then grows
+toward its producers: each member's operands are offered, left to right, to `is_fusible_edge`
+(legality) and then `should_fuse` (profitability), repeating until nothing joins (a producer
+refused because one of its users was not yet a member is offered again once it is). A region
+of one op saves nothing and is not formed. Loop bodies are blocks of their own and are left
+unfused; a value a loop body reads is used outside the block and therefore never fuses.
+
+The rewrite replaces each region's output by a Call of a FusionRegion whose body re-creates the
+member ops (same targets, same types, same source spans) over fresh input Vars, in block order.
+Nothing is reordered, re-associated, re-typed or duplicated, so the fused program computes exactly
+what the unfused one does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tilefoundry.errors import InternalCompilerError
+from tilefoundry.inspect.printer import op_mnemonic
+from tilefoundry.ir.core import BindingName, Call, Constant, Expr, Var
+from tilefoundry.ir.hir import Function, FusionRegion
+from tilefoundry.passes.fusion_rules import (
+    fusion_kind,
+    is_fusible_edge,
+    is_inlined_literal,
+    region_kind,
+    should_fuse,
+)
+from tilefoundry.passes.graph import (
+    Rebuilder,
+    block_operands,
+    copy_call,
+    post_order,
+    type_bytes,
+    users,
+)
+from tilefoundry.visitor_registry import FusionKind, TypeInferContext
+
+
+@dataclass(frozen=True)
+class RegionReport:
+    """One formed region: where, its kind, its ops in block order, the bytes it stops writing."""
+
+    function: str
+    kind: str
+    ops: tuple[str, ...]
+    saved_bytes: int
+
+
+@dataclass(frozen=True)
+class FusionReport:
+    regions: tuple[RegionReport, ...]
+
+    @property
+    def saved_bytes(self) -> int:
+        """Bytes of intermediates no longer materialised, over every region."""
+        return sum(r.saved_bytes for r in self.regions)
+
+    def __str__(self) -> str:
+        lines = [f"{len(self.regions)} fusion region(s), {self.saved_bytes} bytes not materialised"]
+        for r in self.regions:
+            lines.append(
+                f"  @{r.function} {r.kind}: {len(r.ops)} ops ({', '.join(r.ops)}), "
+                f"{r.saved_bytes} bytes saved"
+            )
+        return "\n".join(lines)
+
+
+def plan_regions(body: Expr) -> list[list[Call]]:
+    """The regions of one block, each as its members in block order; deterministic."""
+    block = post_order((body,), block_operands)
+    block_set = set(block)
+    use = users(post_order((body,)))
+    taken: set[Expr] = set()
+    regions: list[list[Call]] = []
+    for seed in reversed(block):
+        if seed in taken or fusion_kind(seed) == FusionKind.BARRIER:
+            continue
+        members, member_set = [seed], {seed}
+        grew = True
+        while grew:
+            grew = False
+            for member in list(members):
+                for producer in member.args:
+                    if producer in taken or not is_fusible_edge(
+                        producer, member, member_set, use, block_set, body
+                    ):
+                        continue
+                    if should_fuse(producer, member_set, use):
+                        members.append(producer)
+                        member_set.add(producer)
+                        grew = True
+        if len(members) > 1:
+            taken |= member_set
+            regions.append([n for n in block if n in member_set])
+    return regions
+
+
+class _Fuser(Rebuilder):
+    def __init__(self) -> None:
+        super().__init__(self._on_call)
+        self.plans: dict[Expr, list[Call]] = {}
+        self.function_name = ""
+        self.reports: list[RegionReport] = []
+
+    def _rebuild_function(self, fn: Function) -> Function:
+        outer = self.function_name
+        self.function_name = fn.name
+        try:
+            return super()._rebuild_function(fn)
+        finally:
+            self.function_name = outer
+
+    def expr(self, root: Expr) -> Expr:
+        for members in reversed(plan_regions(root)):
+            self.plans[members[-1]] = members
+        return super().expr(root)
+
+    def _on_call(self, call: Call, args: tuple[Expr, ...], ctx: TypeInferContext) -> Expr:
+        members = self.plans.get(call)
+        if members is None:
+            return copy_call(call, args, ctx)
+        return self._region_call(members, ctx)
+
+    def _region_call(self, members: list[Call], ctx: TypeInferContext) -> Expr:
+        """The Call of a region computing `members[-1]` (the only member used outside)."""
+        member_set = set(members)
+        inner: dict[Expr, Expr] = {}
+        inputs: list[Var] = []
+        outer_args: list[Expr] = []
+        body_ctx = TypeInferContext()
+        body: list[Expr] = []
+        for member in members:
+            for operand in member.args:
+                if operand in inner or operand in member_set:
+                    continue
+                if is_inlined_literal(operand):
+                    inner[operand] = Constant(operand.value, operand.type, operand.metadata)
+                    continue
+                var = Var(f"in{len(inputs)}", operand.type)
+                inputs.append(var)
+                outer_args.append(self.memo[operand])
+                inner[operand] = var
+            metadata = member.metadata
+            if member is members[-1]:  # the region Call carries the author's name, not the copy
+                metadata = tuple(m for m in metadata if not isinstance(m, BindingName))
+            copy = Call(member.target, tuple(inner[a] for a in member.args), metadata=metadata)
+            if body_ctx.infer(copy) != member.type:
+                raise InternalCompilerError(
+                    f"fuse: {op_mnemonic(member.target)} changed type inside its region"
+                )
+            inner[member] = copy
+            body.append(copy)
+        region = FusionRegion(tuple(inputs), tuple(body), (body[-1],), region_kind(members))
+        result = Call(region, tuple(outer_args), metadata=members[-1].metadata)
+        ctx.infer(result)
+        saved = sum(type_bytes(m.type) or 0 for m in members[:-1])
+        self.reports.append(
+            RegionReport(
+                self.function_name,
+                region.kind,
+                tuple(op_mnemonic(m.target) for m in members),
+                saved,
+            )
+        )
+        return result
+
+
+def fuse_with_report(obj: Any) -> tuple[Any, FusionReport]:
+    """The fused Function or Module, and what fusion did."""
+    fuser = _Fuser()
+    fused = fuser.module_or_function(obj)
+    return fused, FusionReport(tuple(fuser.reports))
+
+
+def fuse(obj: Any) -> Any:
+    """The Function or Module with its fusible producer->consumer chains grouped into regions."""
+    return fuse_with_report(obj)[0]

@@ -1,0 +1,144 @@
+"""Fusion legality and profitability (SFEP-0053 §3.5, DESIGN §6) as two separate functions.
+
+Legality is semantics: `is_fusible_edge` decides whether a producer may be computed inside its
+consumer's region without changing what the program means or how much work it does. Profitability
+is policy: `should_fuse` is a deterministic cost guard consulted only for legal edges, so tuning
+it can never make an illegal region legal.
+
+The operation legality rule, by the producer's and consumer's `FusionKind`:
+
+- ELEMENTWISE producers fuse into any non-barrier consumer (an elementwise chain, a view, or the
+  region's single reduction/contraction root).
+- REDUCTION and CONTRACTION ops are roots: a root is never a producer inside a region, so nothing
+  in a region reads a root and two roots never share one.
+- VIEW ops join only when view-like, i.e. expressible as an index map of the consumer's loop with no
+  intervening copy. BroadcastTo (constant axes), Reshape (row-major linearisation) and Slice
+  (offset/stride map) always are, provided neither side carries an explicit physical Layout (a
+  declared layout is a storage contract that a view would silently reinterpret). Transpose is
+  view-like only when *every* consumer of it inside the region is ELEMENTWISE: the permutation then
+  folds into the elementwise loop's index map. A transpose feeding a reduction or contraction root
+  or another view changes the physical order that op reads, i.e. it is a layout conversion, and
+  stays a barrier.
+- BARRIER ops (copies, Reshard, data-dependent or multi-output ops, shape queries), calls of
+  Functions or regions, loops and effect-form calls never fuse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+from tilefoundry.ir.core import Call, Constant, Expr, Op, Var
+from tilefoundry.ir.types import StorageKind, TensorType, UnitType
+from tilefoundry.ir.types.shard import ShardLayout
+from tilefoundry.passes.graph import type_bytes
+from tilefoundry.visitor_registry import FUSION, FusionKind
+
+ROOT_KINDS = frozenset({FusionKind.REDUCTION, FusionKind.CONTRACTION})
+ALWAYS_VIEW_LIKE = frozenset({"BroadcastTo", "Reshape", "Slice"})
+
+
+def fusion_kind(node: Expr) -> FusionKind:
+    """The node's fusion role; anything that is not a pure op Call is a BARRIER."""
+    if not isinstance(node, Call) or not isinstance(node.target, Op):
+        return FusionKind.BARRIER
+    if isinstance(node.type, UnitType) or not FUSION.has(type(node.target)):
+        return FusionKind.BARRIER
+    return FUSION.lookup(type(node.target))(node.target)
+
+
+def is_inlined_literal(node: Expr) -> bool:
+    """A rank-0 unmaterialised literal needs no storage, so a region carries its own copy."""
+    return (
+        isinstance(node, Constant)
+        and isinstance(node.type, TensorType)
+        and node.type.rank == 0
+        and node.type.storage == StorageKind.UMAT
+    )
+
+
+def _explicit_plain_layout(type_: object) -> bool:
+    return (
+        isinstance(type_, TensorType)
+        and type_.layout is not None
+        and not isinstance(type_.layout, ShardLayout)
+    )
+
+
+def view_like(view: Call, consumers: Sequence[Expr]) -> bool:
+    """Whether `view` (a VIEW op) is an index map for `consumers` (its users inside the region)."""
+    if any(_explicit_plain_layout(t) for t in (view.type, *(a.type for a in view.args))):
+        return False
+    name = type(view.target).__name__
+    if name in ALWAYS_VIEW_LIKE:
+        return True
+    if name == "Transpose":
+        return all(fusion_kind(c) == FusionKind.ELEMENTWISE for c in consumers)
+    return False
+
+
+def is_fusible_edge(
+    producer: Expr,
+    consumer: Expr,
+    region: Collection[Expr],
+    users: Mapping[Expr, Sequence[Expr]],
+    block: Collection[Expr],
+    returned: Expr,
+) -> bool:
+    """Legality of computing `producer` inside the region that holds `consumer`.
+
+    `region` is the region's current members (it includes `consumer`), `users` every node's users
+    in the function (loop bodies included), `block` the nodes of the consumer's block and
+    `returned` the function's result. Rules, in SFEP §3.5 order: (1) both are pure tensor ops in the
+    same block; (2) the operation legality rule of the module docstring holds; (3) every user of
+    the producer is in the region (no duplication); (4) the producer is not a parameter, a constant
+    needing storage, the function's result (a region result) or an explicit copy (a BARRIER op).
+    """
+    if consumer not in region or producer in region:
+        return False
+    if producer not in block or consumer not in block:
+        return False
+    producer_kind, consumer_kind = fusion_kind(producer), fusion_kind(consumer)
+    if FusionKind.BARRIER in (producer_kind, consumer_kind) or producer_kind in ROOT_KINDS:
+        return False
+    if producer is returned:
+        return False
+    producer_users = users.get(producer, ())
+    if not producer_users or any(u not in region for u in producer_users):
+        return False
+    if producer_kind == FusionKind.VIEW:
+        return view_like(producer, producer_users)
+    return True
+
+
+def should_fuse(
+    producer: Call,
+    region: Collection[Expr],
+    users: Mapping[Expr, Sequence[Expr]],
+) -> bool:
+    """Profitability: fuse unless the cost guard predicts more live storage than unfused.
+
+    Fusing removes the producer's result from memory but keeps the producer's operands alive until
+    the region runs. An operand that is read only by the producer (not a parameter, not shared)
+    would otherwise die at the producer, so it may enter the region only when it is no larger
+    than the intermediate it replaces (this refuses, e.g., a small slice of a large temporary).
+    Legality already forbids duplication, so the guard never has to weigh recomputation.
+    """
+    saved = type_bytes(producer.type)
+    for operand in producer.args:
+        if isinstance(operand, Var | Constant) or operand in region:
+            continue
+        if any(u is not producer for u in users.get(operand, ())):
+            continue
+        kept = type_bytes(operand.type)
+        if saved is None or kept is None or kept > saved:
+            return False
+    return True
+
+
+def region_kind(members: Sequence[Expr]) -> str:
+    """`loop`, or the kind of the region's single root."""
+    for node in members:
+        kind = fusion_kind(node)
+        if kind in ROOT_KINDS:
+            return kind.value
+    return "loop"

@@ -1,0 +1,191 @@
+"""The graph plumbing every pass shares: operand order, block order, users, and a rebuilder.
+
+HIR is SSA-as-DAG with identity sharing, so a pass is "walk in a deterministic post-order and
+rebuild what changed". Doing that once here keeps each pass to its own rule and guarantees that
+every pass visits nodes in the same canonical order (DFS post-order from the returned value,
+operands left to right — the order the printer numbers values in), which is what makes their
+output stable across runs and hash seeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tilefoundry.ir.core import Call, Constant, Expr, Module, Tuple, Var
+from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
+from tilefoundry.ir.types import StorageKind, TensorType, TupleType, Type
+from tilefoundry.visitor_registry import TypeInferContext
+
+OnCall = Callable[[Call, tuple[Expr, ...], TypeInferContext], Expr]
+"""`on_call(old_call, new_args, ctx) -> new node` (typed); the rebuilder's one hook."""
+
+
+def block_operands(node: Expr) -> tuple[Expr, ...]:
+    """The operands a node reads in its own block (a loop's body is a block of its own)."""
+    if isinstance(node, Call):
+        return node.args
+    if isinstance(node, Tuple):
+        return node.elements
+    if isinstance(node, GridRegionExpr):
+        return node.init_args
+    return ()
+
+
+def all_operands(node: Expr) -> tuple[Expr, ...]:
+    """Every node `node` needs, loop bodies included (region bodies are the target's business)."""
+    if isinstance(node, GridRegionExpr):
+        return (*node.init_args, node.body, *node.yield_values)
+    return block_operands(node)
+
+
+def post_order(roots: tuple[Expr, ...], operands=all_operands) -> list[Expr]:
+    """Every node under `roots` once, operands before users, left to right; no recursion."""
+    order: list[Expr] = []
+    seen: set[Expr] = set()
+    stack: list[tuple[Expr, bool]] = [(r, False) for r in reversed(roots)]
+    while stack:
+        node, expanded = stack.pop()
+        if node in seen:
+            continue
+        if expanded:
+            seen.add(node)
+            order.append(node)
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in reversed(operands(node)) if c not in seen)
+    return order
+
+
+def users(nodes: list[Expr]) -> dict[Expr, list[Expr]]:
+    """Each node's users among `nodes` (with multiplicity, in order)."""
+    found: dict[Expr, list[Expr]] = {}
+    for node in nodes:
+        for operand in all_operands(node):
+            found.setdefault(operand, []).append(node)
+    return found
+
+
+def region_bodies(root: Expr) -> Iterator[tuple[Call, FusionRegion]]:
+    """Every Call of a FusionRegion under `root`, in post-order."""
+    for node in post_order((root,)):
+        if isinstance(node, Call) and isinstance(node.target, FusionRegion):
+            yield node, node.target
+
+
+def type_bytes(type_: Type) -> int | None:
+    """Bytes a value of `type_` occupies in memory (an unmaterialised umat value occupies none);
+    None when a dim is symbolic."""
+    if isinstance(type_, TupleType):
+        parts = [type_bytes(f) for f in type_.fields]
+        return None if None in parts else sum(parts)
+    if not isinstance(type_, TensorType) or type_.storage == StorageKind.UMAT:
+        return 0
+    count = 1
+    for dim in type_.shape:
+        if not isinstance(dim, int):
+            return None
+        count *= dim
+    return (count * type_.dtype.itemsize_bits + 7) // 8
+
+
+class Rebuilder:
+    """Rebuilds Functions (and the Functions they call) node by node through `on_call`.
+
+    An unchanged node is reused, not copied, so a pass that changes nothing returns IR that shares
+    every node with its input. Callee Functions are rebuilt once each (`functions` memo), so a
+    module's call graph keeps its sharing.
+    """
+
+    def __init__(self, on_call: OnCall):
+        self.on_call = on_call
+        self.functions: dict[Function, Function] = {}
+        self.memo: dict[Expr, Expr] = {}
+        """old node -> rebuilt node for the body being rebuilt (hooks read operands through it)."""
+
+    def module_or_function(self, obj: Any) -> Any:
+        if isinstance(obj, Module):
+            return Module(
+                obj.name,
+                [self.function(fn) for fn in obj.functions],
+                obj.target,
+                obj.topologies,
+            )
+        return self.function(obj)
+
+    def function(self, fn: Function) -> Function:
+        if fn not in self.functions:
+            self.functions[fn] = self._rebuild_function(fn)
+        return self.functions[fn]
+
+    def _rebuild_function(self, fn: Function) -> Function:
+        if fn.body is None:
+            variants = tuple(self.function(v) for v in fn.variants)
+            if all(a is b for a, b in zip(variants, fn.variants, strict=True)):
+                return fn
+            return Function(
+                fn.name, fn.params, None, fn.return_type, variants=variants,
+                label=fn.label, metadata=fn.metadata,
+            )  # fmt: skip
+        body = self.expr(fn.body)
+        if body is fn.body:
+            return fn
+        return Function(
+            fn.name, fn.params, body, fn.return_type, specializations=fn.specializations,
+            label=fn.label, metadata=fn.metadata,
+        )  # fmt: skip
+
+    def expr(self, root: Expr) -> Expr:
+        ctx = TypeInferContext()
+        memo: dict[Expr, Expr] = {}
+        self.memo = memo
+        for node in post_order((root,)):
+            memo[node] = self._copy(node, memo, ctx)
+        return memo[root]
+
+    def _copy(self, node: Expr, memo: dict[Expr, Expr], ctx: TypeInferContext) -> Expr:
+        if isinstance(node, Var | Constant):
+            return node
+        if isinstance(node, Tuple):
+            elements = tuple(memo[e] for e in node.elements)
+            if _same(elements, node.elements):
+                return node
+            new = Tuple(elements, metadata=node.metadata)
+        elif isinstance(node, GridRegionExpr):
+            inits = tuple(memo[e] for e in node.init_args)
+            yields = tuple(memo[e] for e in node.yield_values)
+            body = memo[node.body]
+            if _same((*inits, body, *yields), (*node.init_args, node.body, *node.yield_values)):
+                return node
+            new = GridRegionExpr(
+                node.induction_var, node.carried_args, inits, body, yields, node.extent,
+                node.step, node.start, metadata=node.metadata,
+            )  # fmt: skip
+        elif isinstance(node, Call):
+            args = tuple(memo[a] for a in node.args)
+            target = node.target
+            if isinstance(target, Function):
+                target = self.function(target)
+                if target is not node.target:
+                    return _typed(Call(target, args, metadata=node.metadata), ctx)
+            return self.on_call(node, args, ctx)
+        else:
+            return node
+        return _typed(new, ctx)
+
+
+def _same(new: tuple[Expr, ...], old: tuple[Expr, ...]) -> bool:
+    return all(a is b for a, b in zip(new, old, strict=True))
+
+
+def _typed(node: Expr, ctx: TypeInferContext) -> Expr:
+    ctx.infer(node)
+    return node
+
+
+def copy_call(call: Call, args: tuple[Expr, ...], ctx: TypeInferContext) -> Expr:
+    """The default `on_call`: reuse `call` when its arguments are unchanged, else re-type a copy
+    that keeps the target and every metadata entry (source span, binding name)."""
+    if _same(args, call.args):
+        return call
+    return _typed(Call(call.target, args, metadata=call.metadata), ctx)

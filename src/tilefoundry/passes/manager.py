@@ -1,0 +1,96 @@
+"""The pass manager: named passes, each verified before and after (SFEP-0053 §3.4).
+
+The IR a pass receives is verified first, so a failure there is the user's program (a plain
+VerifyError); the IR a pass returns is verified at the pass's output tier, so a failure there is
+the pass's fault and becomes an InternalCompilerError that carries the printed IR with the bad
+node marked. `debug=True` or the environment variable TILEFOUNDRY_DEBUG_PASSES=1 also prints the IR
+around every failure (user-level ones included) to stderr as it happens.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tilefoundry.errors import InternalCompilerError, VerifyError
+from tilefoundry.inspect import format_ir
+from tilefoundry.ir.core import Expr, source_span
+from tilefoundry.passes.fuse import FusionReport, fuse_with_report
+from tilefoundry.passes.legalize import legalize
+from tilefoundry.passes.verify import verify
+
+DEBUG_ENV = "TILEFOUNDRY_DEBUG_PASSES"
+
+
+@dataclass(frozen=True)
+class Pass:
+    """A transforming pass: `run(ir) -> ir`, and the tier its output must verify at."""
+
+    name: str
+    run: Callable[[Any], Any]
+    output_tier: str
+
+
+def ir_around(ir: Any, node: Any) -> str:
+    """The printed IR, with `>>` marking the lines of the node's source location when known."""
+    text = format_ir(ir, locations=True)
+    span = source_span(node) if isinstance(node, Expr) else None
+    if span is None:
+        return text
+    mark = f"loc({span.file}:{span.line}:{span.col})"
+    return "\n".join((">> " if mark in ln else "   ") + ln for ln in text.splitlines()) + "\n"
+
+
+class PassManager:
+    def __init__(self, passes: Sequence[Pass], *, input_tier: str = "hir", debug: bool = False):
+        self.passes = tuple(passes)
+        self.input_tier = input_tier
+        self.debug = debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+    def run(self, ir: Any) -> Any:
+        self._verify(ir, self.input_tier, "the input")
+        for step in self.passes:
+            try:
+                out = step.run(ir)
+            except VerifyError as err:
+                self._report(ir, err, f"pass '{step.name}' failed")
+                raise
+            try:
+                self._verify(out, step.output_tier, f"the output of pass '{step.name}'")
+            except VerifyError as err:
+                raise InternalCompilerError(
+                    f"pass '{step.name}' broke the IR: {err}\n"
+                    f"--- IR after {step.name} ---\n{ir_around(out, getattr(err, 'node', None))}"
+                ) from err
+            ir = out
+        return ir
+
+    def _verify(self, ir: Any, tier: str, what: str) -> None:
+        try:
+            verify(ir, tier=tier)
+        except VerifyError as err:
+            self._report(ir, err, f"verify ({tier}) rejected {what}")
+            raise
+
+    def _report(self, ir: Any, err: VerifyError, headline: str) -> None:
+        if self.debug:
+            around = ir_around(ir, getattr(err, "node", None))
+            print(f"{headline}: {err}\n{around}", file=sys.stderr)
+
+
+def compile(fn: Any, *, debug: bool = False) -> tuple[Any, FusionReport]:
+    """legalize -> verify -> fuse -> verify; the fused Function/Module and its fusion report."""
+    reports: list[FusionReport] = []
+
+    def fuse_step(ir: Any) -> Any:
+        fused, report = fuse_with_report(ir)
+        reports.append(report)
+        return fused
+
+    manager = PassManager(
+        (Pass("legalize", legalize, "tensor"), Pass("fuse", fuse_step, "tensor")), debug=debug
+    )
+    return manager.run(fn), reports[-1]

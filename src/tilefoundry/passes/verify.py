@@ -1,0 +1,295 @@
+"""verify: the strict IR verifier run before and after every pass (SFEP-0053 §3.4, DESIGN §6).
+
+Construction does not establish validity (a pass can build any DAG), so the verifier re-derives
+everything from the IR alone: scoping, arities, type well-formedness, and — JAX `check_jaxpr`
+style — every stamped type, by re-running typeinfer with a fresh context and comparing. The
+`tensor` tier adds what legalize establishes: static dims only, and no implicit broadcast, dtype
+promotion or layout change in elementwise ops. Every rejection is a VerifyError located at the
+node's source span; the error also carries the node (`err.node`) so the pass manager can print the
+IR around it when a pass, not the user, is to blame.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+from tilefoundry.errors import VerifyError
+from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Var, source_span
+from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
+from tilefoundry.ir.hir.signature import type_mismatch
+from tilefoundry.ir.types import TensorType, TupleType, Type, UnitType, tensor_fields
+from tilefoundry.ir.types.shard import Layout
+from tilefoundry.passes.fusion_rules import fusion_kind
+from tilefoundry.passes.graph import all_operands, post_order
+from tilefoundry.passes.legalize import adopted_literals, implicitly_broadcast
+from tilefoundry.passes.region_check import check_region
+from tilefoundry.visitor_registry import FusionKind, TypeInferContext, describe
+
+TIERS = ("hir", "tensor")
+MAX_ELEMENTS = 2**62
+"""The checked dimension range: an element count above it overflows 64-bit index arithmetic."""
+
+
+def fail(node: Any, message: str) -> NoReturn:
+    """Raise the located VerifyError for `node`, remembering the node for IR dumps."""
+    err = VerifyError(message, location=source_span(node) if isinstance(node, Expr) else None)
+    err.node = node
+    raise err
+
+
+def verify(obj: Any, *, tier: str = "hir") -> Any:
+    """Check a Function or Module; returns it unchanged so calls can be chained."""
+    if tier not in TIERS:
+        raise VerifyError(f"verify: tier must be one of {TIERS}, got {tier!r}")
+    checker = _Verifier(tier)
+    if isinstance(obj, Module):
+        for fn in obj.functions:
+            checker.function(fn)
+    elif isinstance(obj, Function):
+        checker.function(obj)
+    else:
+        raise VerifyError(f"verify: expected a Function or Module, got {type(obj).__name__}")
+    return obj
+
+
+class _Verifier:
+    def __init__(self, tier: str):
+        self.tier = tier
+        self.done: set[Function] = set()
+
+    def function(self, fn: Function) -> None:
+        if fn in self.done:
+            return
+        self.done.add(fn)
+        where = f"Function {fn.name}"
+        for param in fn.params:
+            self.check_type(param, param.type, f"{where}: parameter '{param.name}'")
+        self.check_type(fn, fn.return_type, f"{where}: the return type")
+        for variant in fn.variants:
+            self.function(variant)
+        if fn.body is None:
+            return
+        nodes = self.ownership(fn)
+        self.check_scopes(fn, nodes)
+        for node in nodes:
+            self.node(node)
+        self.rederive(nodes)
+        reason = type_mismatch(fn.return_type, fn.body.type)
+        if reason is not None:
+            fail(fn.body, f"{where}: the returned value does not match the return type: {reason}")
+
+    # ---- structure: who owns each node, and which Vars are in scope -----------------------------
+
+    def ownership(self, fn: Function) -> list[Expr]:
+        """Every node of the body and of its fusion regions; a non-literal node shared between a
+        region body and anything outside it is a leak (or an undeclared input)."""
+        owner: dict[Expr, FusionRegion | None] = {}
+        order: list[Expr] = []
+        pending: list[tuple[tuple[Expr, ...], FusionRegion | None]] = [((fn.body,), None)]
+        while pending:
+            roots, region = pending.pop(0)
+            for node in post_order(roots):
+                if isinstance(node, Var | Constant):
+                    order.append(node)
+                    continue
+                if node in owner:
+                    if owner[node] is not region:
+                        self.leak(node, owner[node], region)
+                    continue
+                owner[node] = region
+                order.append(node)
+                if isinstance(node, Call) and isinstance(node.target, FusionRegion):
+                    pending.append((node.target.outputs, node.target))
+        return order
+
+    @staticmethod
+    def leak(node: Expr, first: FusionRegion | None, second: FusionRegion | None) -> NoReturn:
+        for region in (first, second):
+            if region is not None and node in region.body:
+                fail(
+                    node,
+                    f"FusionRegion: {describe(node)} is computed inside a fusion region but used "
+                    "outside it without being declared as a region output",
+                )
+        fail(
+            node,
+            f"FusionRegion: the region body reads {describe(node)}, an outer value that is not "
+            "passed in as a region input",
+        )
+
+    def check_scopes(self, fn: Function, nodes: list[Expr]) -> None:
+        loop_vars = {
+            var
+            for node in nodes
+            if isinstance(node, GridRegionExpr)
+            for var in (node.induction_var, *node.carried_args)
+        }
+        free = _FreeVars()
+        for var in free.of(fn.body) - set(fn.params):
+            user = next(n for n in nodes if var in all_operands(n))
+            if var in loop_vars:
+                fail(
+                    user,
+                    f"{describe(user)}: uses Var '{var.name}' outside the loop that defines it "
+                    "(use before definition)",
+                )
+            fail(
+                user,
+                f"{describe(user)}: uses foreign Var '{var.name}', which is neither a parameter "
+                f"of Function {fn.name} nor a loop variable in scope",
+            )
+        for node in nodes:
+            if isinstance(node, Call) and isinstance(node.target, FusionRegion):
+                region = node.target
+                stray = free.of_all(region.outputs) - set(region.inputs)
+                if stray:
+                    names = ", ".join(sorted(v.name for v in stray))
+                    fail(node, f"FusionRegion: the body reads Var(s) {names}, not region inputs")
+
+    # ---- per node ----------------------------------------------------------------------------
+
+    def node(self, node: Expr) -> None:
+        what = describe(node)
+        if node.type is None:
+            fail(node, f"{what}: the node was never typed")
+        if isinstance(node, Call) and isinstance(node.type, UnitType):
+            fail(node, f"{what}: effect-form call (UnitType result); HIR and the tensor tier are "
+                 "value-form")  # fmt: skip
+        if not isinstance(node, Function | FusionRegion):
+            self.check_type(node, node.type, what)
+        if isinstance(node, Call):
+            self.call(node, what)
+
+    def call(self, call: Call, what: str) -> None:
+        target = call.target
+        if isinstance(target, Op):
+            expected: tuple[Any, ...] = target.inputs()
+        elif isinstance(target, Function):
+            expected = tuple(p.name for p in target.params)
+        elif isinstance(target, FusionRegion):
+            expected = tuple(v.name for v in target.inputs)
+        else:
+            fail(call, f"{what}: a Call targets an Op, a Function or a FusionRegion")
+        if len(call.args) != len(expected):
+            fail(call, f"{what}: arity mismatch: {len(call.args)} argument(s) for "
+                 f"{len(expected)} parameter(s) {expected}")  # fmt: skip
+        if isinstance(target, Function):
+            self.function(target)
+            for param, arg in zip(target.params, call.args, strict=True):
+                reason = type_mismatch(param.type, arg.type)
+                if reason is not None:
+                    fail(call, f"{what}: call signature mismatch at parameter '{param.name}': "
+                         f"{reason}")  # fmt: skip
+        if isinstance(target, FusionRegion):
+            check_region(call, fail)
+        if self.tier == "tensor" and isinstance(target, Op):
+            self.explicit_only(call, what)
+
+    def explicit_only(self, call: Call, what: str) -> None:
+        """Tensor tier: what legalize makes explicit must not reappear."""
+        broadcast = implicitly_broadcast(call)
+        if broadcast:
+            fail(call, f"{what}: implicit broadcast of operand {broadcast[0]} in the tensor "
+                 "tier; legalize inserts broadcastto")  # fmt: skip
+        if adopted_literals(call):
+            fail(call, f"{what}: implicit dtype promotion of a scalar literal in the tensor "
+                 "tier; legalize writes a constant of the operand dtype")  # fmt: skip
+        layouts = {str(a.type.layout) for a in call.args if _plain_layout(a.type)}
+        if len(layouts) > 1 and fusion_kind(call) == FusionKind.ELEMENTWISE:
+            fail(call, f"{what}: implicit layout change: operands carry different physical "
+                 f"layouts {sorted(layouts)}; reshard one operand explicitly")  # fmt: skip
+
+    def check_type(self, node: Any, type_: Type, what: str) -> None:
+        if isinstance(type_, UnitType):
+            return
+        for tensor in tensor_fields(type_):
+            count = 1
+            for dim in tensor.shape:
+                if not isinstance(dim, int):
+                    if self.tier == "tensor":
+                        fail(node, f"{what}: dynamic dimension {dim} in {tensor}; the tensor tier "
+                             "needs static dimensions")  # fmt: skip
+                    continue
+                if dim <= 0 and self.tier == "tensor":
+                    fail(node, f"{what}: dimension {dim} in {tensor} is not positive")
+                count *= dim
+            if count > MAX_ELEMENTS:
+                fail(node, f"{what}: dimension-product overflow: {tensor} has {count} elements, "
+                     f"more than the checked range 2**62")  # fmt: skip
+            self.check_layout(node, tensor, what)
+
+    def check_layout(self, node: Any, tensor: TensorType, what: str) -> None:
+        if tensor.layout is None:
+            return
+        try:
+            TensorType(tensor.shape, tensor.dtype, tensor.layout, tensor.storage)
+        except VerifyError as err:
+            fail(node, f"{what}: malformed layout: {err.message}")
+        plain = isinstance(tensor.layout, Layout)
+        if self.tier == "tensor" and plain and not _dense(tensor.layout):
+            fail(node, f"{what}: malformed layout {tensor.layout} for the tensor tier: a "
+                     "plain layout must be a dense permutation of the axes")  # fmt: skip
+
+    # ---- typeinfer re-derivation ---------------------------------------------------------------
+
+    def rederive(self, nodes: list[Expr]) -> None:
+        ctx = TypeInferContext()
+        for node in nodes:
+            if isinstance(node, Var | Constant):
+                continue
+            try:
+                derived = ctx.infer(node)
+            except VerifyError as err:
+                fail(node, f"{describe(node)}: re-running typeinfer fails: {err.message}")
+            stamped = node.type
+            if _arity(stamped) != _arity(derived):
+                fail(node, f"{describe(node)}: result arity mismatch: declared "
+                     f"{_arity(stamped)} result(s) {stamped}, the rule gives "
+                     f"{_arity(derived)} {derived}")  # fmt: skip
+            if stamped != derived:
+                fail(node, f"{describe(node)}: declared type {stamped} does not follow its rule, "
+                     f"which gives {derived}")  # fmt: skip
+
+
+class _FreeVars:
+    """Vars a node reads that it does not bind (a loop binds its own; a region call reads only
+    its arguments)."""
+
+    def __init__(self) -> None:
+        self.memo: dict[Expr, frozenset[Var]] = {}
+
+    def of(self, root: Expr) -> frozenset[Var]:
+        for node in post_order((root,)):
+            if node in self.memo:
+                continue
+            found = frozenset((node,)) if isinstance(node, Var) else frozenset()
+            found = found.union(*(self.memo[c] for c in all_operands(node)))
+            if isinstance(node, GridRegionExpr):
+                found -= {node.induction_var, *node.carried_args}
+            self.memo[node] = found
+        return self.memo[root]
+
+    def of_all(self, roots: tuple[Expr, ...]) -> frozenset[Var]:
+        return frozenset().union(*(self.of(r) for r in roots))
+
+
+def _arity(type_: Type) -> int:
+    return len(type_.fields) if isinstance(type_, TupleType) else 1
+
+
+def _plain_layout(type_: Any) -> bool:
+    return isinstance(type_, TensorType) and isinstance(type_.layout, Layout)
+
+
+def _dense(layout: Layout) -> bool:
+    """A flat layout whose strides are the compact strides of some axis order (SFEP §3.2
+    Dense{minor_to_major}); hierarchical modes are left to the exits."""
+    shape, stride = layout.shape, layout.effective_stride
+    if not isinstance(shape, tuple) or any(isinstance(s, tuple) for s in (*shape, *stride)):
+        return True
+    expected = 1
+    for extent, step in sorted(zip(shape, stride, strict=True), key=lambda p: (p[1], p[0])):
+        if extent != 1 and step != expected:
+            return False
+        expected *= extent
+    return True

@@ -1,0 +1,82 @@
+"""Fusion snapshots (SFEP-0053 §8): each program printed before and after `compile`, with the
+fusion report, compared with tests/golden/passes/<name>.txt; plus the structural facts each golden
+is meant to show, asserted directly so a refreshed golden cannot silently change them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from passes import fusion_programs as programs
+from tilefoundry.evaluator import evaluate
+from tilefoundry.inspect import format_ir
+from tilefoundry.passes import compile
+
+RNG = np.random.default_rng(0)
+
+
+def _snapshot(fn) -> str:
+    compiled, report = compile(fn)
+    return f"# before\n{format_ir(fn)}# after compile\n{format_ir(compiled)}# report\n{report}\n"
+
+
+@pytest.mark.parametrize("fn", programs.CASES, ids=lambda f: f.name)
+def test_golden(fn, golden):
+    golden(f"passes/{fn.name}.txt", _snapshot(fn))
+
+
+def _kinds(fn) -> list[tuple[str, tuple[str, ...]]]:
+    return [(r.kind, r.ops) for r in compile(fn)[1].regions]
+
+
+def test_elementwise_chain_is_one_region():
+    assert _kinds(programs.elementwise_chain) == [("loop", ("binary", "binary", "unary", "binary"))]
+
+
+def test_producer_with_second_consumer_is_not_fused():
+    regions = _kinds(programs.second_consumer)
+    assert all("unary" not in ops for _, ops in regions)
+
+
+def test_elementwise_into_reduction_is_rooted_at_it():
+    [(kind, ops)] = _kinds(programs.elementwise_into_reduction)
+    assert kind == "reduction" and ops[-1] == "reduce" and "broadcastto" in ops
+
+
+def test_elementwise_into_matmul_operand():
+    [(kind, ops)] = _kinds(programs.elementwise_into_matmul)
+    assert kind == "contraction" and ops[-1] == "matmul" and "tanh" in ops
+
+
+def test_roots_never_fuse_together():
+    for fn in (programs.reduction_into_reduction, programs.matmul_into_reduction):
+        for kind, ops in _kinds(fn):
+            assert sum(op in ("reduce", "matmul") for op in ops) <= 1, (kind, ops)
+
+
+def test_reshard_is_a_barrier():
+    assert all("reshard" not in ops for _, ops in _kinds(programs.reshard_barrier))
+
+
+def test_transpose_into_contraction_is_a_barrier_but_into_elementwise_fuses():
+    assert all("matmul" not in ops or "transpose" not in ops
+               for _, ops in _kinds(programs.transpose_not_view_like))  # fmt: skip
+    [(_, ops)] = _kinds(programs.transpose_view_like)
+    assert ops[0] == "transpose"
+
+
+def test_parameter_producer_becomes_a_region_input():
+    compiled, _ = compile(programs.parameter_producer)
+    region = compiled.body.target
+    assert (
+        compiled.body.args == (compiled.params[0],) and region.inputs[0] is not compiled.params[0]
+    )
+
+
+@pytest.mark.parametrize("fn", programs.CASES, ids=lambda f: f.name)
+def test_fused_program_computes_the_same(fn):
+    args = [RNG.standard_normal(p.type.shape).astype(np.float32) for p in fn.params]
+    want, got = evaluate(fn, *args), evaluate(compile(fn)[0], *args)
+    want, got = (v if isinstance(v, tuple) else (v,) for v in (want, got))
+    for a, b in zip(want, got, strict=True):
+        np.testing.assert_array_equal(a, b)
