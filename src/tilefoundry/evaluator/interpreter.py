@@ -28,6 +28,7 @@ from tilefoundry.evaluator.mesh_sim import ShardedCall, run_call, touches_mesh
 from tilefoundry.evaluator.values import scatter
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
+from tilefoundry.ir.hir.walk import block_operands
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
 from tilefoundry.ir.types.shard import ShardLayout
 from tilefoundry.visitor_registry import EVAL, TypeInferContext
@@ -60,16 +61,6 @@ class _Frame:
         while frame.loop_vars is not None and not (free & frame.loop_vars):
             frame = frame.parent
         return frame
-
-
-def _operands(node: Expr) -> tuple[Expr, ...]:
-    if isinstance(node, Call):
-        return node.args
-    if isinstance(node, Tuple):
-        return node.elements
-    if isinstance(node, GridRegionExpr):
-        return node.init_args
-    return ()
 
 
 def concrete_shape(type_: TensorType, bindings: Bindings, where: str) -> tuple[int, ...]:
@@ -126,7 +117,7 @@ class Interpreter:
             node, expanded = stack.pop()
             if node in self._free:
                 continue
-            children = _operands(node)
+            children = block_operands(node)
             if isinstance(node, GridRegionExpr):
                 children = (*children, node.body, *node.yield_values)
             if not expanded:
@@ -149,7 +140,7 @@ class Interpreter:
                 continue
             if not expanded:
                 stack.append((node, True))
-                stack.extend((c, False) for c in _operands(node))
+                stack.extend((c, False) for c in block_operands(node))
                 continue
             owner.memo[node] = self._compute(node, frame)
         return frame.owner(self.free_vars(root)).memo[root]
@@ -162,7 +153,7 @@ class Interpreter:
             return frame.lookup(node)
         if isinstance(node, Constant):
             return self._constant(node)
-        args = tuple(self._ready(c, frame) for c in _operands(node))
+        args = tuple(self._ready(c, frame) for c in block_operands(node))
         if isinstance(node, Tuple):
             return args
         if isinstance(node, GridRegionExpr):

@@ -21,6 +21,7 @@ from tilefoundry.exits.lowering import Lowered, Lowering
 from tilefoundry.exits.mlir_text import check_logical_layout, dense_literal, flat_types
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, select_variant
+from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.ir.types import TensorType, TupleType, Type, i64, resolve_dim
 from tilefoundry.visitor_registry import STABLEHLO
 
@@ -56,21 +57,11 @@ def _reads(expr: Expr, memo: dict[Expr, frozenset[Var]]) -> frozenset[Var]:
         if isinstance(expr, Var):
             memo[expr] = frozenset((expr,))
         elif isinstance(expr, GridRegionExpr):
-            inner = frozenset().union(*(_reads(c, memo) for c in _children(expr)))
+            inner = frozenset().union(*(_reads(c, memo) for c in all_operands(expr)))
             memo[expr] = inner - {expr.induction_var, *expr.carried_args}
         else:
-            memo[expr] = frozenset().union(*(_reads(c, memo) for c in _children(expr)))
+            memo[expr] = frozenset().union(*(_reads(c, memo) for c in all_operands(expr)))
     return memo[expr]
-
-
-def _children(expr: Expr) -> tuple[Expr, ...]:
-    if isinstance(expr, Call):
-        return expr.args
-    if isinstance(expr, Tuple):
-        return expr.elements
-    if isinstance(expr, GridRegionExpr):
-        return (*expr.init_args, expr.body, *expr.yield_values)
-    return ()
 
 
 class _FunctionEmitter:
@@ -98,7 +89,9 @@ class _FunctionEmitter:
                 continue
             if not expanded:
                 stack.append((node, True))
-                stack.extend((c, False) for c in reversed(_children(node)) if c not in self.values)
+                stack.extend(
+                    (c, False) for c in reversed(all_operands(node)) if c not in self.values
+                )
                 continue
             self.values[node] = self.lower_node(node)
         return self.values[root]
@@ -234,7 +227,7 @@ class _FunctionEmitter:
             seen.add(node)
             if isinstance(node, Var) or _reads(node, self.reads_memo) & local:
                 if not isinstance(node, Var | GridRegionExpr):
-                    stack.extend(_children(node))
+                    stack.extend(all_operands(node))
                 continue
             order.append(node)
         for node in order:
@@ -256,7 +249,7 @@ class _FunctionEmitter:
                 stack.extend(node.init_args)
                 stack.extend(v for v in (node.body, *node.yield_values))
                 continue
-            stack.extend(_children(node))
+            stack.extend(all_operands(node))
         return sorted(found.items(), key=lambda item: _flatten(item[1]))
 
 

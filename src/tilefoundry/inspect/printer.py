@@ -31,6 +31,7 @@ from tilefoundry.inspect.type_text import MeshNames, format_shard_layout, format
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var, binding_name
 from tilefoundry.ir.core import source_span as span_of
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
+from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.ir.types import DType, format_dim
 from tilefoundry.ir.types.shard import ShardLayout
 
@@ -40,17 +41,6 @@ INDENT = "  "
 def op_mnemonic(op: Op) -> str:
     """An op prints as its lowercased class name (`MatMul` -> `matmul`), per the op registry."""
     return type(op).__name__.lower()
-
-
-def children(expr: Expr) -> tuple[Expr, ...]:
-    """The operand Exprs of a node in evaluation order (a Function callee is not an operand)."""
-    if isinstance(expr, Call):
-        return expr.args
-    if isinstance(expr, Tuple):
-        return expr.elements
-    if isinstance(expr, GridRegionExpr):
-        return (*expr.init_args, expr.body, *expr.yield_values)
-    return ()
 
 
 def _loop_locals(region: GridRegionExpr) -> frozenset[Var]:
@@ -143,7 +133,7 @@ class _Printer:
                             self.meshes.add(value.mesh)
             if isinstance(expr, GridRegionExpr):
                 stack.extend(expr.carried_args)
-            stack.extend(children(expr))
+            stack.extend(all_operands(expr))
 
     # ---- values ---------------------------------------------------------------------------------
 
@@ -153,10 +143,10 @@ class _Printer:
             if isinstance(expr, Var):
                 found = frozenset((expr,))
             elif isinstance(expr, GridRegionExpr):
-                inner = frozenset().union(*(self.reads(c) for c in children(expr)))
+                inner = frozenset().union(*(self.reads(c) for c in all_operands(expr)))
                 found = inner - _loop_locals(expr)
             else:
-                found = frozenset().union(*(self.reads(c) for c in children(expr)))
+                found = frozenset().union(*(self.reads(c) for c in all_operands(expr)))
             self._reads[expr] = found
         return self._reads[expr]
 
@@ -170,7 +160,7 @@ class _Printer:
         if isinstance(expr, GridRegionExpr):
             self.emit_region(expr, lines, depth)
             return
-        for child in children(expr):
+        for child in all_operands(expr):
             self.emit(child, lines, depth)
         if isinstance(expr, Call) and isinstance(expr.target, FusionRegion):
             self.emit_fusion(expr, lines, depth)
@@ -338,7 +328,7 @@ def _post_order(root: Expr) -> Iterator[Expr]:
             yield node
             continue
         stack.append((node, True))
-        stack.extend((child, False) for child in reversed(children(node)))
+        stack.extend((child, False) for child in reversed(all_operands(node)))
 
 
 def _where_clause(fn: Function) -> str:

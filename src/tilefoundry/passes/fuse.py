@@ -23,6 +23,7 @@ from tilefoundry.errors import InternalCompilerError
 from tilefoundry.inspect.printer import op_mnemonic
 from tilefoundry.ir.core import BindingName, Call, Constant, Expr, Var
 from tilefoundry.ir.hir import Function, FusionRegion
+from tilefoundry.ir.hir.walk import block_operands
 from tilefoundry.passes.fusion_rules import (
     fusion_kind,
     is_fusible_edge,
@@ -30,14 +31,7 @@ from tilefoundry.passes.fusion_rules import (
     region_kind,
     should_fuse,
 )
-from tilefoundry.passes.graph import (
-    Rebuilder,
-    block_operands,
-    copy_call,
-    post_order,
-    type_bytes,
-    users,
-)
+from tilefoundry.passes.graph import Rebuilder, copy_call, post_order, type_bytes, users
 from tilefoundry.visitor_registry import FusionKind, TypeInferContext
 
 

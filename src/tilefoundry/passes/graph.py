@@ -14,29 +14,12 @@ from typing import Any
 
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Tuple, Var
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
+from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.ir.types import StorageKind, TensorType, TupleType, Type
 from tilefoundry.visitor_registry import TypeInferContext
 
 OnCall = Callable[[Call, tuple[Expr, ...], TypeInferContext], Expr]
 """`on_call(old_call, new_args, ctx) -> new node` (typed); the rebuilder's one hook."""
-
-
-def block_operands(node: Expr) -> tuple[Expr, ...]:
-    """The operands a node reads in its own block (a loop's body is a block of its own)."""
-    if isinstance(node, Call):
-        return node.args
-    if isinstance(node, Tuple):
-        return node.elements
-    if isinstance(node, GridRegionExpr):
-        return node.init_args
-    return ()
-
-
-def all_operands(node: Expr) -> tuple[Expr, ...]:
-    """Every node `node` needs, loop bodies included (region bodies are the target's business)."""
-    if isinstance(node, GridRegionExpr):
-        return (*node.init_args, node.body, *node.yield_values)
-    return block_operands(node)
 
 
 def post_order(roots: tuple[Expr, ...], operands=all_operands) -> list[Expr]:

@@ -17,10 +17,11 @@ from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
 from tilefoundry.ir.hir.signature import type_mismatch
+from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.ir.types import TensorType, TupleType, Type, UnitType, tensor_fields
 from tilefoundry.ir.types.shard import Layout
 from tilefoundry.passes.fusion_rules import fusion_kind
-from tilefoundry.passes.graph import all_operands, post_order
+from tilefoundry.passes.graph import post_order
 from tilefoundry.passes.legalize import adopted_literals, implicitly_broadcast
 from tilefoundry.passes.region_check import check_region
 from tilefoundry.visitor_registry import FusionKind, TypeInferContext, describe

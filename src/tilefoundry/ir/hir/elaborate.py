@@ -19,7 +19,7 @@ from tilefoundry.ir.core import Call, Constant, Expr, Tuple, Var, source_span
 from tilefoundry.ir.hir.function import Function
 from tilefoundry.ir.hir.grid_region import GridRegionExpr
 from tilefoundry.ir.hir.signature import bind_arguments, type_mismatch
-from tilefoundry.ir.hir.walk import check_loop_bounds_bound
+from tilefoundry.ir.hir.walk import block_operands, check_loop_bounds_bound
 from tilefoundry.ir.types import Type
 from tilefoundry.visitor_registry import (
     TypeInferContext,
@@ -120,7 +120,7 @@ class _Rebuilder:
                 continue
             if not expanded:
                 stack.append((node, True))
-                stack.extend((c, False) for c in _operands(node) if c not in self.memo)
+                stack.extend((c, False) for c in block_operands(node) if c not in self.memo)
                 continue
             new = self._copy(node)
             self.ctx.infer(new)
@@ -172,16 +172,6 @@ class _Rebuilder:
             node.start,
             metadata=node.metadata,
         )
-
-
-def _operands(node: Expr) -> tuple[Expr, ...]:
-    if isinstance(node, Call):
-        return node.args
-    if isinstance(node, Tuple):
-        return node.elements
-    if isinstance(node, GridRegionExpr):
-        return node.init_args
-    return ()
 
 
 @register_callee_typeinfer(Function)

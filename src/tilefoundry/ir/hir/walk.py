@@ -1,4 +1,4 @@
-"""Whole-body checks on a Function that no single node's typeinfer rule can make."""
+"""Walking HIR bodies: operand order, and whole-body checks no single node's rule can make."""
 
 from __future__ import annotations
 
@@ -15,6 +15,24 @@ if TYPE_CHECKING:
     from tilefoundry.ir.hir.function import Function
 
 
+def block_operands(node: Expr) -> tuple[Expr, ...]:
+    """The operands a node reads in its own block (a loop's body is a block of its own)."""
+    if isinstance(node, Call):
+        return node.args
+    if isinstance(node, Tuple):
+        return node.elements
+    if isinstance(node, GridRegionExpr):
+        return node.init_args
+    return ()
+
+
+def all_operands(node: Expr) -> tuple[Expr, ...]:
+    """Every node `node` needs, loop bodies included (a callee's body is the callee's business)."""
+    if isinstance(node, GridRegionExpr):
+        return (*node.init_args, node.body, *node.yield_values)
+    return block_operands(node)
+
+
 def iter_nodes(root: Expr) -> Iterator[Expr]:
     """Every node reachable from `root` (loop bodies included), each once, without recursion."""
     seen: set[Expr] = set()
@@ -25,12 +43,7 @@ def iter_nodes(root: Expr) -> Iterator[Expr]:
             continue
         seen.add(node)
         yield node
-        if isinstance(node, Call):
-            stack.extend(node.args)
-        elif isinstance(node, Tuple):
-            stack.extend(node.elements)
-        elif isinstance(node, GridRegionExpr):
-            stack.extend((*node.init_args, node.body, *node.yield_values))
+        stack.extend(all_operands(node))
 
 
 def check_loop_bounds_bound(fn: Function) -> None:
