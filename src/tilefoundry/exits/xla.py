@@ -78,7 +78,8 @@ def run_xla(fn: Function, *arrays: Any, devices: int | None = None) -> Any:
     if executable is None:
         executable = _EXECUTABLES[key] = (fn, _compile(compiled_text(fn, *arrays)))
     device = jax.devices("cpu")[0]
-    outputs = executable[1].execute([jax.device_put(a, device) for a in arrays])
+    with jax.enable_x64(True):  # else device_put silently narrows i64/u64/f64 inputs to 32 bits
+        outputs = executable[1].execute([jax.device_put(a, device) for a in arrays])
     flat = [np.asarray(o) for o in outputs]
     return _structure(flat, fn.body.type if fn.body is not None else fn.return_type)
 

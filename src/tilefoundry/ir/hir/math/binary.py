@@ -13,6 +13,7 @@ import enum
 import numpy as np
 
 from tilefoundry.errors import EvalError, VerifyError
+from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     broadcast_operand_shapes,
@@ -32,6 +33,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -261,3 +263,67 @@ _SURFACE_NAMES = {
 for _name, _kind in _SURFACE_NAMES.items():
     register_surface(_name, Binary, kind=_kind)
 register_fusion_kind(Binary, FusionKind.ELEMENTWISE)
+
+
+_STABLEHLO_OPS = {
+    BinaryKind.ADD: "add",
+    BinaryKind.SUB: "subtract",
+    BinaryKind.MUL: "multiply",
+    BinaryKind.DIV: "divide",
+    BinaryKind.MIN: "minimum",
+    BinaryKind.MAX: "maximum",
+    BinaryKind.AND: "and",
+    BinaryKind.OR: "or",
+}
+_COMPARISON_SYMBOLS = {
+    BinaryKind.EQ: "==",
+    BinaryKind.NE: "!=",
+    BinaryKind.LT: "<",
+    BinaryKind.LE: "<=",
+    BinaryKind.GT: ">",
+    BinaryKind.GE: ">=",
+}
+
+
+def _floor_division(lhs, rhs, want_quotient: bool):
+    """numpy's floor_divide / mod (Python semantics) from StableHLO's truncating `divide` and
+    `remainder`: step the quotient down, and the remainder over by rhs, where the truncated
+    remainder's sign differs from the divisor's. Floats follow numpy's divmod: the quotient is
+    (lhs - fmod) / rhs rounded to the nearest integer, and division by zero gives lhs / rhs.
+    Integer division by zero is an evaluation error in the reference and undefined here."""
+    remainder = lhs.binary("remainder", rhs)
+    if lhs.dtype.is_unsigned:
+        return lhs / rhs if want_quotient else remainder
+    fixup = (remainder != 0) & ((remainder < 0) != (rhs < 0))
+    if not want_quotient:
+        return fixup.select(remainder + rhs, remainder)
+    if not lhs.dtype.is_float:
+        quotient = lhs / rhs
+        return fixup.select(quotient - 1, quotient)
+    exact = (lhs - remainder) / rhs
+    exact = fixup.select(exact - 1.0, exact)
+    floored = exact.unary("floor")
+    rounded = (exact - floored > 0.5).select(floored + 1.0, floored)
+    return (rhs == 0).select(lhs / rhs, rounded)
+
+
+@register_stablehlo(Binary)
+def _stablehlo(op: Binary, operands, arg_types, out_type, lw):
+    """Implicit broadcasts become broadcast_in_dim (until `legalize` makes them explicit), the
+    float literal takes the other operand's dtype, and narrow floats compute in f32, as the
+    kernel does."""
+    lhs_type, rhs_type = arg_types
+    dtype = _operand_dtype(op, lhs_type, rhs_type)
+    shape = lw.shape(out_type)
+    lhs, rhs = (
+        Value.of(lw, name, type_).convert(dtype).broadcast_to(shape).widened()
+        for name, type_ in zip(operands, arg_types, strict=True)
+    )
+    kind = op.kind
+    if kind in _COMPARISON_SYMBOLS:
+        return lhs.compare(_COMPARISON_SYMBOLS[kind], rhs).name
+    if kind in _INTEGER_DIVISIONS:
+        result = _floor_division(lhs, rhs, want_quotient=kind == BinaryKind.FLOOR_DIV)
+    else:
+        result = lhs.binary(_STABLEHLO_OPS[kind], rhs)
+    return result.convert(out_type.dtype).name

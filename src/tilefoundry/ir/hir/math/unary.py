@@ -12,6 +12,7 @@ import enum
 import numpy as np
 
 from tilefoundry.errors import VerifyError
+from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     compute_in_f32,
@@ -26,6 +27,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -173,3 +175,39 @@ _SURFACE_NAMES = {
 for _name, _kind in _SURFACE_NAMES.items():
     register_surface(_name, Unary, kind=_kind)
 register_fusion_kind(Unary, FusionKind.ELEMENTWISE)
+
+
+_STABLEHLO_OPS = {
+    UnaryKind.NEG: "negate",
+    UnaryKind.RSQRT: "rsqrt",
+    UnaryKind.NOT: "not",
+    UnaryKind.EXP: "exponential",
+    UnaryKind.LOG: "log",
+    UnaryKind.CEIL: "ceil",
+    UnaryKind.ROUND: "round_nearest_even",
+}
+_LN2 = float(np.log(2.0))
+
+
+def _lower_kind(kind: UnaryKind, x: Value) -> Value:
+    if kind == UnaryKind.ABS:
+        return x if x.dtype.is_unsigned else x.unary("abs")
+    if kind == UnaryKind.RELU:
+        return x.maximum(0)
+    if kind == UnaryKind.SQUARE:
+        return x * x
+    if kind == UnaryKind.EXP2:
+        return x.full(2.0).binary("power", x)
+    if kind == UnaryKind.LOG2:
+        return x.unary("log") / _LN2
+    return x.unary(_STABLEHLO_OPS[kind])
+
+
+@register_stablehlo(Unary)
+def _stablehlo(op: Unary, operands, arg_types, out_type, lw):
+    """Narrow floats in f32 and rounded once, as the kernel; ceil/round of an integer is the
+    identity (the kernel never routes integers through a float)."""
+    x = Value.of(lw, operands[0], arg_types[0])
+    if op.kind in _IDENTITY_ON_INTEGERS and not x.dtype.is_float:
+        return x.name
+    return _lower_kind(op.kind, x.widened()).convert(x.dtype).name

@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from tilefoundry.errors import VerifyError
+from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import compute_in_f32, op_name, refuse_partials, tensor_operands
 from tilefoundry.visitor_registry import (
@@ -27,6 +28,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -139,3 +141,28 @@ register_fusion_kind(Sigmoid, FusionKind.ELEMENTWISE)
 register_fusion_kind(Tanh, FusionKind.ELEMENTWISE)
 register_fusion_kind(Gelu, FusionKind.ELEMENTWISE)
 register_fusion_kind(Silu, FusionKind.ELEMENTWISE)
+
+
+def _sigmoid_value(x: Value) -> Value:
+    """The kernel's overflow-free logistic, op for op."""
+    e = (-x.unary("abs")).unary("exponential")
+    return (x >= 0.0).select(1.0 / (1.0 + e), e / (1.0 + e))
+
+
+_LOWERINGS = {
+    ReLU: lambda x: x.maximum(0),
+    Sigmoid: _sigmoid_value,
+    Tanh: lambda x: x.unary("tanh"),
+    Gelu: lambda x: 0.5 * x * (1.0 + (_GELU_C * (x + 0.044715 * (x * x * x))).unary("tanh")),
+    Silu: lambda x: x * _sigmoid_value(x),
+}
+
+
+def _stablehlo(op, operands, arg_types, out_type, lw):
+    """Decomposed in f32 for narrow floats and rounded once; Silu's sigmoid stays unrounded."""
+    x = Value.of(lw, operands[0], arg_types[0])
+    return _LOWERINGS[type(op)](x.widened()).convert(x.dtype).name
+
+
+for _cls in _SURFACE:
+    register_stablehlo(_cls)(_stablehlo)

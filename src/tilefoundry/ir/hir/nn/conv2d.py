@@ -34,6 +34,7 @@ import islpy as isl
 import numpy as np
 
 from tilefoundry.errors import VerifyError
+from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     completion_remedy,
@@ -55,6 +56,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -262,3 +264,26 @@ def _eval(op, args, out_type):
 
 register_surface("conv2d", Conv2D)
 register_fusion_kind(Conv2D, FusionKind.CONTRACTION)
+
+
+@register_stablehlo(Conv2D)
+def _stablehlo(op, operands, arg_types, out_type, lw):
+    """One `stablehlo.convolution` in NCHW / OIHW with torch's symmetric padding, then the bias
+    broadcast over the channel axis; narrow floats accumulate in f32 and round once."""
+    x, weight, bias = (
+        Value.of(lw, n, t).widened() for n, t in zip(operands, arg_types, strict=True)
+    )
+    (ph, pw), (sh, sw), (dh, dw) = op.padding, op.stride, op.dilation
+    shape = lw.shape(out_type)
+    out = TensorType(shape, x.dtype)
+    name = lw.op(
+        f'"stablehlo.convolution"({x.name}, {weight.name}) <{{batch_group_count = 1 : i64, '
+        "dimension_numbers = #stablehlo.conv<[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]>, "
+        f"feature_group_count = {op.groups} : i64, lhs_dilation = array<i64: 1, 1>, "
+        f"padding = dense<[[{ph}, {ph}], [{pw}, {pw}]]> : tensor<2x2xi64>, "
+        f"rhs_dilation = array<i64: {dh}, {dw}>, window_strides = array<i64: {sh}, {sw}>}}> : "
+        f"({lw.type(x.type)}, {lw.type(weight.type)}) -> {lw.type(out)}"
+    )
+    convolved = Value.of(lw, name, out)
+    result = convolved + bias.broadcast_in_dim([1], shape)
+    return result.convert(out_type.dtype).name

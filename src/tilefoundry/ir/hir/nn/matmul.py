@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilefoundry.errors import VerifyError
+from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     completion_remedy,
@@ -46,6 +47,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -165,3 +167,36 @@ def _eval(op, args, out_type):
 
 register_surface("matmul", MatMul)
 register_fusion_kind(MatMul, FusionKind.CONTRACTION)
+
+
+def _dot(lhs: Value, rhs: Value, batch: int, contract: tuple[int, int], shape) -> Value:
+    lw = lhs.lw
+    out = TensorType(tuple(shape), lhs.dtype)
+    name = lw.dot_general(
+        lhs.name,
+        rhs.name,
+        batch=(range(batch), range(batch)),
+        contract=([contract[0]], [contract[1]]),
+        lhs_type=lhs.type,
+        rhs_type=rhs.type,
+        out_type=out,
+    )
+    return Value.of(lw, name, out)
+
+
+@register_stablehlo(MatMul)
+def _stablehlo(op, operands, arg_types, out_type, lw):
+    """torch matmul as one dot_general: a 1-D operand contracts its only axis (so the dropped
+    M/N never appears), a rank-2 rhs contracts against any lhs batch as it is, and otherwise both
+    operands are broadcast to the common batch and batched. Narrow floats accumulate in f32."""
+    lhs, rhs = (Value.of(lw, n, t).widened() for n, t in zip(operands, arg_types, strict=True))
+    shape = lw.shape(out_type)
+    if lhs.rank == 1 or rhs.rank <= 2:
+        k_rhs = 0 if rhs.rank <= 2 else rhs.rank - 2
+        result = _dot(lhs, rhs, 0, (lhs.rank - 1, k_rhs), shape)
+    else:
+        batch = shape[:-2]
+        lhs = lhs.broadcast_to((*batch, *lhs.shape[-2:]))
+        rhs = rhs.broadcast_to((*batch, *rhs.shape[-2:]))
+        result = _dot(lhs, rhs, len(batch), (len(batch) + 1, len(batch)), shape)
+    return result.convert(out_type.dtype).name

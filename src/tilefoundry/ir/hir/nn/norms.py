@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilefoundry.errors import VerifyError
+from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     check_eps,
@@ -40,6 +41,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -150,3 +152,37 @@ for _cls, _name in ((LayerNorm, "layer_norm"), (RMSNorm, "rms_norm")):
     register_surface(_name, _cls)
 register_fusion_kind(LayerNorm, FusionKind.REDUCTION)
 register_fusion_kind(RMSNorm, FusionKind.REDUCTION)
+
+
+def _mean_last_value(values: Value) -> Value:
+    last = values.rank - 1
+    return values.reduce_keep(last, "add", 0.0) / float(max(values.shape[-1], 1))
+
+
+def _affine(weight: Value, like: Value) -> Value:
+    return weight.broadcast_in_dim([like.rank - 1], like.shape)
+
+
+def _layer_norm_value(op: LayerNorm, x: Value, weight: Value, bias: Value) -> Value:
+    centred = x - _mean_last_value(x)
+    scale = (_mean_last_value(centred * centred) + op.eps).unary("sqrt")
+    return centred / scale * _affine(weight, x) + _affine(bias, x)
+
+
+def _rms_norm_value(op: RMSNorm, x: Value, weight: Value) -> Value:
+    scale = (_mean_last_value(x * x) + op.eps).unary("sqrt")
+    return x / scale * _affine(weight, x)
+
+
+_LOWERINGS = {LayerNorm: _layer_norm_value, RMSNorm: _rms_norm_value}
+
+
+def _stablehlo(op, operands, arg_types, out_type, lw):
+    """The kernel's formula op for op (sum / n, then sqrt and divide), in f32 for narrow floats."""
+    values = [Value.of(lw, n, t) for n, t in zip(operands, arg_types, strict=True)]
+    result = _LOWERINGS[type(op)](op, *(v.widened() for v in values))
+    return result.convert(out_type.dtype).name
+
+
+for _cls in _LOWERINGS:
+    register_stablehlo(_cls)(_stablehlo)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilefoundry.errors import EvalError, VerifyError
+from tilefoundry.exits.lowering_values import Value, concatenate, gather
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     completion_remedy,
@@ -57,6 +58,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -215,3 +217,23 @@ def _eval(op, args, out_type):
 
 register_surface("rope", RoPE)
 register_fusion_kind(RoPE, FusionKind.BARRIER)
+
+
+def _rotate_value(x: Value, cos: Value, sin: Value) -> Value:
+    half = x.shape[-1] // 2
+    last = x.rank - 1
+    halves = (-x.slice_axis(last, half, x.shape[-1]), x.slice_axis(last, 0, half))
+    rotated = concatenate(halves, last)
+    return x * cos.broadcast_to(x.shape) + rotated * sin.broadcast_to(x.shape)
+
+
+@register_stablehlo(RoPE)
+def _stablehlo(op, operands, arg_types, out_type, lw):
+    """cos/sin rows gathered at pos_ids, rotate-half as two slices and a concatenate, each branch
+    in f32 for narrow floats. An out-of-range position is an evaluation error in the reference;
+    `stablehlo.gather` clamps it into the cache instead (undefined input here)."""
+    q, k, cos_cache, sin_cache, pos = (
+        Value.of(lw, n, t) for n, t in zip(operands, arg_types, strict=True)
+    )
+    cos, sin = (gather(cache, pos, 0).widened() for cache in (cos_cache, sin_cache))
+    return tuple(_rotate_value(x.widened(), cos, sin).convert(x.dtype).name for x in (q, k))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilefoundry.errors import VerifyError
+from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     compute_in_f32,
@@ -28,6 +29,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -87,3 +89,14 @@ def _eval(op, args, out_type):
 
 register_surface("softmax", SoftMax)
 register_fusion_kind(SoftMax, FusionKind.REDUCTION)
+
+
+@register_stablehlo(SoftMax)
+def _stablehlo(op, operands, arg_types, out_type, lw):
+    """exp(x - max) / sum, statistics reduced along the axis and broadcast back; the max starts
+    at -inf like the kernel's `initial`, and narrow floats run in f32."""
+    x = Value.of(lw, operands[0], arg_types[0])
+    axis = normalize_axis(op, op.axis, x.rank)
+    wide = x.widened()
+    e = (wide - wide.reduce_keep(axis, "maximum", -np.inf)).unary("exponential")
+    return (e / e.reduce_keep(axis, "add", 0.0)).convert(x.dtype).name

@@ -16,6 +16,7 @@ import islpy as isl
 import numpy as np
 
 from tilefoundry.errors import EvalError, VerifyError
+from tilefoundry.exits.lowering_values import Value, concatenate
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import NO_AFFINE_RELATION, op_name, tensor_operands
 from tilefoundry.ir.types import StorageKind, TensorType, TupleType, i64
@@ -26,6 +27,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -139,3 +141,22 @@ register_surface("shape_extract", ShapeExtract)
 register_surface("shape_compose", ShapeCompose)
 register_fusion_kind(ShapeExtract, FusionKind.BARRIER)
 register_fusion_kind(ShapeCompose, FusionKind.BARRIER)
+
+
+@register_stablehlo(ShapeExtract)
+def _extract_stablehlo(op: ShapeExtract, operands, arg_types, out_type, lw):
+    """A shape value may be runtime data (composed from loop indices), so this is a slice."""
+    shape = Value.of(lw, operands[0], arg_types[0])
+    position = extract_position(op, arg_types[0])
+    return shape.slice_axis(0, position, position + 1).reshape(()).name
+
+
+@register_stablehlo(ShapeCompose)
+def _compose_stablehlo(op: ShapeCompose, operands, arg_types, out_type, lw):
+    dims = [
+        Value.of(lw, n, t).convert(i64).reshape((1,))
+        for n, t in zip(operands[0], arg_types[0].fields, strict=True)
+    ]
+    if not dims:
+        return lw.constant(np.zeros((0,), np.int64), i64, (0,))
+    return concatenate(dims, 0).name

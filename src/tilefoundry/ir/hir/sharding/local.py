@@ -33,6 +33,7 @@ from tilefoundry.visitor_registry import (
     register_eval,
     register_fusion_kind,
     register_sharded_eval,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -152,3 +153,12 @@ def _sharded_eval(op: Local, args, call):
 
 register_surface("local", Local)
 register_fusion_kind(Local, FusionKind.BARRIER)
+
+
+@register_stablehlo(Local)
+def _stablehlo(op: Local, operands, arg_types, out_type, lw):
+    """A device's own block exists only under SPMD partitioning."""
+    raise UnsupportedError(
+        "Local: a local view is one device's block of a sharded value; the single-device "
+        "StableHLO exit has no devices to take it from (use the SPMD exit for meshes)"
+    )

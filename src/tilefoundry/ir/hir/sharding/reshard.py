@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tilefoundry.errors import VerifyError
+from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import mesh_axis_label, op_name, split_owners, tensor_operands
 from tilefoundry.ir.types import StorageKind, TensorType, normalize_dim, storage_level
@@ -37,6 +37,7 @@ from tilefoundry.visitor_registry import (
     register_eval,
     register_fusion_kind,
     register_sharded_eval,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -205,3 +206,17 @@ def _sharded_eval(op: Reshard, args, call):
 
 register_surface("reshard", Reshard)
 register_fusion_kind(Reshard, FusionKind.BARRIER)
+
+
+@register_stablehlo(Reshard)
+def _stablehlo(op: Reshard, operands, arg_types, out_type, lw):
+    """Between unsharded values a Reshard changes only storage or strides, which StableHLO does
+    not model (the engine has already refused a physical layout it cannot express), so it is the
+    identity. A sharded side is a collective: the SPMD exit's business, not this one's."""
+    for what, type_ in (("operand", arg_types[0]), ("result", out_type)):
+        if isinstance(type_.layout, ShardLayout):
+            raise UnsupportedError(
+                f"Reshard: the {what} is sharded ({type_.layout.attrs}); the single-device "
+                "StableHLO exit has no collectives (use the SPMD exit for meshes)"
+            )
+    return operands[0]

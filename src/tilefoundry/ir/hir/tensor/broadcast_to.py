@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilefoundry.errors import VerifyError
+from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     propagate,
@@ -26,6 +27,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -81,3 +83,9 @@ def _eval(op: BroadcastTo, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("broadcast_to", BroadcastTo)
 register_fusion_kind(BroadcastTo, FusionKind.VIEW)
+
+
+@register_stablehlo(BroadcastTo)
+def _stablehlo(op: BroadcastTo, operands, arg_types, out_type, lw):
+    x = Value.of(lw, operands[0], arg_types[0])
+    return x.broadcast_to(lw.shape(out_type)).name

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilefoundry.errors import EvalError, VerifyError
+from tilefoundry.exits.lowering_values import Value, concatenate, iota
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     NO_AFFINE_RELATION,
@@ -28,6 +29,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -127,3 +129,25 @@ def _eval(op: CacheUpdate, args, out_type) -> np.ndarray:
 
 register_surface("cache_update", CacheUpdate)
 register_fusion_kind(CacheUpdate, FusionKind.BARRIER)
+
+
+@register_stablehlo(CacheUpdate)
+def _stablehlo(op: CacheUpdate, operands, arg_types, out_type, lw):
+    """The write length s is runtime data, so the write is a mask: `new` is placed at cur_pos
+    in the cache extended by new.len filler positions (so dynamic_update_slice never has to
+    clamp a valid start; `new` itself is the filler), cut back to the cache length, and
+    selected where cur_pos <= position < cur_pos + s. On inputs the reference accepts (cur_pos >= 0,
+    1 <= s <= new.len, cur_pos + s <= cache.len) the result is the reference's; inputs it
+    refuses are undefined here (the mask still keeps every position outside the cache, but
+    StableHLO clamps a negative cur_pos instead of failing)."""
+    cache, cur_pos, s, new = (Value.of(lw, n, t) for n, t in zip(operands, arg_types, strict=True))
+    cur_pos, s = cur_pos.reshape(()), s.reshape(())
+    extended = concatenate([cache, new], 1)
+    zero = cur_pos.full(0)
+    written = extended.dynamic_update_slice(new, [zero, cur_pos, zero, zero])
+    written = written.slice_axis(1, 0, cache.shape[1])
+    position = iota(lw, cache.shape, 1, i32)
+    start = cur_pos.broadcast_in_dim([], cache.shape)
+    stop = (cur_pos + s).broadcast_in_dim([], cache.shape)
+    inside = (position >= start) & (position < stop)
+    return inside.select(written, cache).name

@@ -22,6 +22,7 @@ import islpy as isl
 import numpy as np
 
 from tilefoundry.errors import VerifyError
+from tilefoundry.exits.lowering_values import Value, concatenate
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     NO_AFFINE_RELATION,
@@ -42,6 +43,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -213,3 +215,22 @@ register_surface("concat", Concat)
 register_surface("stack", Stack)
 register_fusion_kind(Concat, FusionKind.BARRIER)
 register_fusion_kind(Stack, FusionKind.BARRIER)
+
+
+def _values(operands, arg_types, lw) -> list[Value]:
+    return [Value.of(lw, n, t) for n, t in zip(operands[0], arg_types[0].fields, strict=True)]
+
+
+@register_stablehlo(Concat)
+def _concat_stablehlo(op: Concat, operands, arg_types, out_type, lw):
+    values = _values(operands, arg_types, lw)
+    return concatenate(values, normalize_axis(op, op.axis, values[0].rank)).name
+
+
+@register_stablehlo(Stack)
+def _stack_stablehlo(op: Stack, operands, arg_types, out_type, lw):
+    """Each operand gains a size-1 axis (a reshape), then they are concatenated along it."""
+    values = _values(operands, arg_types, lw)
+    axis = normalize_axis(op, op.axis, values[0].rank + 1)
+    grown = [v.reshape((*v.shape[:axis], 1, *v.shape[axis:])) for v in values]
+    return concatenate(grown, axis).name

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilefoundry.errors import EvalError, VerifyError
+from tilefoundry.exits.lowering_values import Value, gather
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     NO_AFFINE_RELATION,
@@ -46,6 +47,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -208,3 +210,11 @@ def _eval(op: Gather, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("gather", Gather)
 register_fusion_kind(Gather, FusionKind.BARRIER)
+
+
+@register_stablehlo(Gather)
+def _stablehlo(op: Gather, operands, arg_types, out_type, lw):
+    """One `stablehlo.gather` (batch_dims as batching dims). The reference refuses an
+    out-of-range index; StableHLO clamps it into the axis, so such inputs are undefined here."""
+    x, indices = (Value.of(lw, n, t) for n, t in zip(operands, arg_types, strict=True))
+    return gather(x, indices, op.axis % x.rank, op.batch_dims).name

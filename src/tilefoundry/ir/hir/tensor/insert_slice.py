@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilefoundry.errors import EvalError, VerifyError
+from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Constant, Op, ParamDef, Tuple
 from tilefoundry.ir.hir.op_support import (
     NO_AFFINE_RELATION,
@@ -29,13 +30,14 @@ from tilefoundry.ir.hir.op_support import (
     same_dtype,
     split_owners,
 )
-from tilefoundry.ir.types import TensorType, TupleType, Type, format_dim, is_static
+from tilefoundry.ir.types import TensorType, TupleType, Type, format_dim, i64, is_static
 from tilefoundry.ir.types.shard import Dynamic, ShardLayout, Split
 from tilefoundry.visitor_registry import (
     FusionKind,
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -253,3 +255,20 @@ def _eval(op: InsertSlice, args, out_type) -> np.ndarray:
 
 register_surface("insert_slice", InsertSlice)
 register_fusion_kind(InsertSlice, FusionKind.BARRIER)
+
+
+@register_stablehlo(InsertSlice)
+def _stablehlo(op: InsertSlice, operands, arg_types, out_type, lw):
+    """`stablehlo.dynamic_update_slice` at the (runtime) offsets, converted to one index dtype.
+
+    Bounds: typeinfer refuses a literal window outside dst, and the reference kernel refuses a
+    runtime one; StableHLO instead clamps each start into [0, dst extent - update extent] and
+    writes there. On every input the reference accepts the two agree; an out-of-range runtime
+    offset (an error in the reference) silently writes a clamped window here. There is no
+    StableHLO error channel to reproduce the refusal without a custom_call, and refusing every
+    runtime offset would refuse the op's purpose, so this exit documents the clamp instead."""
+    dst, update = (Value.of(lw, n, t) for n, t in zip(operands[:2], arg_types[:2], strict=True))
+    names = operands[2] if isinstance(operands[2], tuple) else (operands[2],)
+    types = arg_types[2].fields if isinstance(arg_types[2], TupleType) else (arg_types[2],)
+    offsets = [Value.of(lw, n, t).convert(i64) for n, t in zip(names, types, strict=True)]
+    return dst.dynamic_update_slice(update, offsets).name

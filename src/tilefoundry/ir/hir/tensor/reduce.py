@@ -16,11 +16,13 @@ bool have no agreed meaning here and are refused (max of bool is `any`, with ide
 from __future__ import annotations
 
 import enum
+import math
 
 import ml_dtypes
 import numpy as np
 
 from tilefoundry.errors import EvalError, VerifyError
+from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     compute_in_f32,
@@ -44,6 +46,7 @@ from tilefoundry.visitor_registry import (
     register_eval,
     register_fusion_kind,
     register_sharded_eval,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -279,3 +282,37 @@ def _sharded_eval(op: Reduce, args, call):
 
 register_surface("reduce", Reduce)
 register_fusion_kind(Reduce, FusionKind.REDUCTION)
+
+
+_COMBINERS = {
+    ReduceKind.SUM: "add",
+    ReduceKind.MEAN: "add",
+    ReduceKind.MAX: "maximum",
+    ReduceKind.ABS_MAX: "maximum",
+}
+
+
+@register_stablehlo(Reduce)
+def _stablehlo(op: Reduce, operands, arg_types, out_type, lw):
+    """A typed-init `stablehlo.reduce` (add from 0, max from the dtype's least value), mean as
+    sum then divide, abs_max as max of abs; narrow floats accumulate in f32 and round once, and
+    keepdim is a reshape. An empty reduction is the kind's identity as a constant, as in the
+    kernel: abs_max's is 0, but a non-empty one starts from the least value so that abs of the
+    most negative integer (which wraps) still wins, as np.max(np.abs(x)) lets it."""
+    x = Value.of(lw, operands[0], arg_types[0])
+    axes = _reduced_axes(op, x.rank)
+    dtype = out_type.dtype
+    shape = lw.shape(out_type)
+    if any(x.shape[a] == 0 for a in axes):
+        return lw.constant(reduce_identity(op.kind, dtype), dtype, shape)
+    wide = x.widened() if is_narrow_float(dtype) else x
+    if op.kind is ReduceKind.ABS_MAX and not dtype.is_unsigned:
+        wide = wide.unary("abs")
+    if op.kind in (ReduceKind.SUM, ReduceKind.MEAN):
+        init = 0
+    else:
+        init = reduce_identity(ReduceKind.MAX, dtype)
+    result = wide.reduce(axes, _COMBINERS[op.kind], init)
+    if op.kind is ReduceKind.MEAN:
+        result = result / float(math.prod(x.shape[a] for a in axes))
+    return result.convert(dtype).reshape(shape).name

@@ -34,6 +34,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -334,3 +335,9 @@ def _eval(op: Reshape, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("reshape", Reshape)
 register_fusion_kind(Reshape, FusionKind.VIEW)
+
+
+@register_stablehlo(Reshape)
+def _stablehlo(op: Reshape, operands, arg_types, out_type, lw):
+    """Row-major relinearisation is exactly `stablehlo.reshape` on the logical shape."""
+    return lw.reshape(operands[0], arg_types[0], out_type)

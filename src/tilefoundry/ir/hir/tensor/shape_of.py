@@ -22,6 +22,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -94,3 +95,15 @@ register_surface("shape_of", ShapeOf)
 register_surface("rank", Rank)
 register_fusion_kind(ShapeOf, FusionKind.BARRIER)
 register_fusion_kind(Rank, FusionKind.BARRIER)
+
+
+@register_stablehlo(ShapeOf)
+def _shape_of_stablehlo(op: ShapeOf, operands, arg_types, out_type, lw):
+    """Shapes are static at this exit (DimVars bound per emission), so a shape is a constant."""
+    shape = lw.shape(arg_types[0])
+    return lw.constant(np.array(shape, dtype=np.int64).reshape(len(shape)), i64, (len(shape),))
+
+
+@register_stablehlo(Rank)
+def _rank_stablehlo(op: Rank, operands, arg_types, out_type, lw):
+    return lw.constant(arg_types[0].rank, i64)

@@ -22,6 +22,7 @@ import islpy as isl
 import numpy as np
 
 from tilefoundry.errors import VerifyError
+from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     mesh_axis_label,
@@ -38,6 +39,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -202,3 +204,14 @@ def _eval(op: Slice, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("slice", Slice)
 register_fusion_kind(Slice, FusionKind.VIEW)
+
+
+@register_stablehlo(Slice)
+def _stablehlo(op: Slice, operands, arg_types, out_type, lw):
+    """`stablehlo.slice` over numpy's normalised windows, then a reshape drops squeezed axes."""
+    x = Value.of(lw, operands[0], arg_types[0])
+    wins = windows(op, x.shape)
+    starts = [w.start for w in wins]
+    limits = [w.start + w.step * (w.extent - 1) + 1 if w.extent else w.start for w in wins]
+    window = x.slice(starts, limits, [w.step for w in wins])
+    return window.reshape(lw.shape(out_type)).name

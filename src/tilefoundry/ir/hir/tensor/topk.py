@@ -14,6 +14,7 @@ import islpy as isl
 import numpy as np
 
 from tilefoundry.errors import EvalError, VerifyError
+from tilefoundry.exits.lowering_values import Value, iota
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     normalize_axis,
@@ -44,6 +45,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -186,3 +188,60 @@ def _eval(op: TopK, args, out_type):
 
 register_surface("topk", TopK)
 register_fusion_kind(TopK, FusionKind.BARRIER)
+
+
+def _sort_keys(x: Value) -> Value:
+    """The kernel's sort keys, made safe for a TOTALORDER comparison: narrow floats in f32, -0
+    folded into +0 and every NaN made +NaN, so that (as in numpy) the zeros tie and NaN ranks
+    above +inf, and nothing else reorders."""
+    keys = x.widened()
+    if not keys.dtype.is_float:
+        return keys
+    keys = (keys == 0.0).select(keys.full(0.0), keys)
+    return (keys != keys).select(keys.full(float("nan")), keys)
+
+
+def _stable_sort(operands: list[Value], axis: int, descending: bool) -> list[Value]:
+    """`stablehlo.sort` of the operands along `axis`, ordered by the first; stability keeps tied
+    keys in index order (lower index first), in both directions."""
+    keys = operands[0]
+    lw = keys.lw
+    kind = (
+        "TOTALORDER"
+        if keys.dtype.is_float
+        else "UNSIGNED"
+        if keys.dtype.is_unsigned or keys.dtype.is_bool
+        else "SIGNED"
+    )
+    scalars = [lw.type(TensorType((), v.dtype)) for v in operands]
+    block = [(lw.fresh(), lw.fresh()) for _ in operands]
+    arguments = ", ".join(f"{a}: {t}, {b}: {t}" for (a, b), t in zip(block, scalars, strict=True))
+    body = lw.child(4)
+    (first, second), key_type = block[0], scalars[0]
+    precedes = body.op(
+        f"stablehlo.compare {'GT' if descending else 'LT'}, {first}, {second}, {kind} : "
+        f"({key_type}, {key_type}) -> tensor<i1>"
+    )
+    body.line(f'"stablehlo.return"({precedes}) : (tensor<i1>) -> ()')
+    types = ", ".join(lw.type(v.type) for v in operands)
+    names = lw.op(
+        f'"stablehlo.sort"({", ".join(v.name for v in operands)}) '
+        f"<{{dimension = {axis} : i64, is_stable = true}}> ({{\n"
+        f"{' ' * (lw.indent + 2)}^bb0({arguments}):\n"
+        + "\n".join(body.lines)
+        + f"\n{' ' * lw.indent}}}) : ({types}) -> ({types})",
+        len(operands),
+    )
+    return [v._new(name) for v, name in zip(operands, names, strict=True)]
+
+
+@register_stablehlo(TopK)
+def _stablehlo(op: TopK, operands, arg_types, out_type, lw):
+    """A stable sort of (keys, values, iota indices) along the axis, then the first k of each:
+    ties keep the lower index first, as the kernel's stable argsort does."""
+    x = Value.of(lw, operands[0], arg_types[0])
+    axis = op.axis % x.rank
+    k = lw.shape(out_type.fields[0])[axis]
+    operands = [_sort_keys(x), x, iota(lw, x.shape, axis, i64)]
+    _, values, indices = _stable_sort(operands, axis, descending=op.largest)
+    return values.slice_axis(axis, 0, k).name, indices.slice_axis(axis, 0, k).name

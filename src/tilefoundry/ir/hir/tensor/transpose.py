@@ -23,6 +23,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -87,3 +88,9 @@ def _eval(op: Transpose, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("transpose", Transpose)
 register_fusion_kind(Transpose, FusionKind.VIEW)
+
+
+@register_stablehlo(Transpose)
+def _stablehlo(op: Transpose, operands, arg_types, out_type, lw):
+    perm = resolved_perm(op, arg_types[0].rank)
+    return lw.transpose(operands[0], perm, arg_types[0], out_type)

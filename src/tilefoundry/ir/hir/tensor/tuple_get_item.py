@@ -18,6 +18,7 @@ from tilefoundry.visitor_registry import (
     register_eval,
     register_fusion_kind,
     register_sharded_eval,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -69,3 +70,10 @@ def _sharded_eval(op: TupleGetItem, args, call):
 
 register_surface("tuple_get_item", TupleGetItem)
 register_fusion_kind(TupleGetItem, FusionKind.BARRIER)
+
+
+@register_stablehlo(TupleGetItem)
+def _stablehlo(op: TupleGetItem, operands, arg_types, out_type, lw):
+    """A projection emits nothing: the tuple's fields are already separate SSA values."""
+    (value,) = operands
+    return value[field_index(op, len(value))]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilefoundry.errors import VerifyError
+from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     broadcast_operand_shapes,
@@ -27,6 +28,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -80,3 +82,13 @@ def _eval(op: Where, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("where", Where)
 register_fusion_kind(Where, FusionKind.ELEMENTWISE)
+
+
+@register_stablehlo(Where)
+def _stablehlo(op: Where, operands, arg_types, out_type, lw):
+    """`stablehlo.select`, every operand broadcast to the result shape first."""
+    shape = lw.shape(out_type)
+    cond, x, y = (
+        Value.of(lw, n, t).broadcast_to(shape) for n, t in zip(operands, arg_types, strict=True)
+    )
+    return cond.select(x, y).name

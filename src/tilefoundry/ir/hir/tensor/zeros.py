@@ -17,6 +17,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_stablehlo,
     register_surface,
     register_typeinfer,
 )
@@ -74,3 +75,8 @@ def _eval(op: Zeros, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("zeros", Zeros)
 register_fusion_kind(Zeros, FusionKind.BARRIER)
+
+
+@register_stablehlo(Zeros)
+def _stablehlo(op: Zeros, operands, arg_types, out_type, lw):
+    return lw.constant(0, out_type.dtype, lw.shape(out_type))
