@@ -76,15 +76,19 @@ TYPES = [
     case("replicated", "exp", sx((8,), B), t((8,))),
 ]
 
-_MONOTONE = ["exp", "log", "relu", "ceil", "round", "exp2", "log2"]
+_MONOTONE = ["exp", "relu", "ceil", "round", "exp2"]
+_MONOTONE_ON_DOMAIN = ["log", "log2"]
 _NO_COMMUTE = ["abs", "square", "rsqrt"]
 
 PARTIALS = (
-    # hir §1.3 Unary: exp/log/relu/ceil/round/exp2/log2 are monotone non-decreasing, so they
-    # commute with max/min but not sum
+    # hir §1.3 Unary: exp/relu/ceil/round/exp2 are monotone non-decreasing, so they commute with
+    # max/min but not sum
     [case(f"{k}-max", k, sx((8,), MAX), sx((8,), MAX)) for k in _MONOTONE]
     + [case(f"{k}-min", k, sx((8,), MIN), sx((8,), MIN)) for k in _MONOTONE]
     + [case(f"{k}-sum", k, sx((8,), SUM), rf"{k} is monotone.*max/min only") for k in _MONOTONE]
+    # log/log2 are monotone on their domain only (see the log-max rows below): min only
+    + [case(f"{k}-min", k, sx((8,), MIN), sx((8,), MIN)) for k in _MONOTONE_ON_DOMAIN]
+    + [case(f"{k}-sum", k, sx((8,), SUM), rf"{k} .*min only") for k in _MONOTONE_ON_DOMAIN]
     # neg is linear, so it commutes with sum but not max/min (negation reverses order)
     + [
         case("neg-sum", "neg", sx((8,), SUM), sx((8,), SUM)),
@@ -105,7 +109,11 @@ PARTIALS = (
     + [
         case("exp-max-split", "exp", sxy((8, 4), MAX, Split(0)), sxy((8, 4), MAX, Split(0))),
         case("neg-split-sum", "neg", sxy((4, 8), Split(0), SUM), sxy((4, 8), Split(0), SUM)),
-        case("log-max-min", "log", sxy((8,), MAX, MIN), sxy((8,), MAX, MIN)),
+        # log is monotone only on its domain: a non-maximal Partial(max) addend may be <= 0 and
+        # NaN wins a max (found by the sharding-rule validator), so log carries min only
+        case("log-min-min", "log", sxy((8,), MIN, MIN), sxy((8,), MIN, MIN)),
+        case("log-max", "log", sx((8,), MAX), r"log is monotone only on positive values"),
+        case("log2-max", "log2", sx((8,), MAX), r"log2 is monotone only on positive values"),
         case(
             "exp-max-sum",
             "exp",

@@ -69,8 +69,14 @@ _MONOTONE = frozenset(
 )
 
 # hir §1.3 Unary: the reductions each kind provably commutes with.
+_PARTIAL_DOMAIN = frozenset({UnaryKind.LOG, UnaryKind.LOG2})
+"""Monotone only on their domain: a Partial(max) addend on a device that does not hold the
+maximum may be <= 0, where log is NaN, and NaN wins a max (the sharding-rule validator found
+this). A Partial(min) addend is never below the true minimum, so min still commutes."""
+
 _COMMUTES: dict[UnaryKind, frozenset[str]] = {
-    **{kind: frozenset({"max", "min"}) for kind in _MONOTONE},
+    **{kind: frozenset({"max", "min"}) for kind in _MONOTONE - _PARTIAL_DOMAIN},
+    **{kind: frozenset({"min"}) for kind in _PARTIAL_DOMAIN},
     UnaryKind.NEG: frozenset({"sum"}),
 }
 
@@ -81,6 +87,11 @@ _IDENTITY_ON_INTEGERS = frozenset({UnaryKind.CEIL, UnaryKind.ROUND})
 
 
 def _commutation_fact(kind: UnaryKind) -> str:
+    if kind in _PARTIAL_DOMAIN:
+        return (
+            f"{kind.value} is monotone only on positive values and a non-maximal Partial(max) "
+            "addend may be <= 0 (NaN wins a max), so it commutes with min only"
+        )
     if kind in _MONOTONE:
         return f"{kind.value} is monotone non-decreasing, so it commutes with max/min only"
     if kind == UnaryKind.NEG:
