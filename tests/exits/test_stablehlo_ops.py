@@ -8,6 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import tilefoundry.ir.types.dtype as dtype_module
 from support.functions import call, function_of
 from support.stablehlo_check import check, checked_text
 from tilefoundry.errors import UnsupportedError
@@ -488,7 +489,9 @@ def test_an_op_without_a_rule_fails_closed():
         emit_stablehlo(fn)
 
 
-def test_a_dtype_without_a_stablehlo_type_fails_closed():
+def test_a_dtype_without_a_stablehlo_type_fails_closed(monkeypatch):
+    # a private dtype table for this test, so the probe dtype never leaks into DType.from_name
+    monkeypatch.setattr(dtype_module, "_BY_NAME", dict(dtype_module._BY_NAME))
     fp6 = DType._define("fp6e3m2_probe", 6, "float", 3, 2)
     fn = of(ReLU(), t((4,), fp6))
     with pytest.raises(UnsupportedError, match="fp6e3m2_probe has no StableHLO type"):
