@@ -24,6 +24,7 @@ from tilefoundry.evaluator.resharding import local_view, redistribute
 from tilefoundry.evaluator.values import (
     MeshValue,
     block_range,
+    block_slices,
     devices,
     mesh_label,
     split_axes,
@@ -84,10 +85,29 @@ class ShardedCall:
 
     # -- the helpers a SHARDED_EVAL rule composes ------------------------------------------
 
-    def run_blocks(self, complete: str | None = None) -> Any:
+    def run_blocks(
+        self, complete: str | None = None, depends: Sequence[Sequence[int]] | None = None
+    ) -> Any:
         """The default execution; `complete` names the combiner (sum, mean, max, min) that
-        all-reduces a mesh axis whose Split the op reduces with a complete effect."""
-        return _BlockRun(self).run(complete)
+        all-reduces a mesh axis whose Split the op reduces with a complete effect.
+
+        `depends[i]` names the arguments result `i` is computed from (default: all of them).
+        An op with independent branches (RoPE's q and k) needs it: a Partial or a partitioned
+        dim of one branch's input says nothing about the other branch's result, which every
+        device then computes whole.
+        """
+        return _BlockRun(self, depends).run(complete)
+
+    def recall(
+        self,
+        args: Sequence[Any],
+        arg_types: Sequence[Type],
+        out_type: Type,
+        out_shapes: Sequence[tuple[int, ...]],
+    ) -> ShardedCall:
+        """The same op on other arguments, for a rule that runs part of the op on its own (one
+        branch of a multi-result op whose branches the domain would otherwise tie together)."""
+        return ShardedCall(self.op, args, arg_types, out_type, out_shapes)
 
     def redistribute(self, value: Any) -> Any:
         """Reshard: `value` moved to the call's result layout (complete, then redistribute)."""
@@ -96,6 +116,31 @@ class ShardedCall:
     def local(self, value: Any) -> MeshValue:
         """Local: each device's own shard, as a per-device value of the plain result type."""
         return local_view(value, self.out_type, self.where)
+
+    def splits(self, arg_index: int) -> dict[int, tuple[int, ...]]:
+        """Logical axis -> the mesh axes splitting it, of argument `arg_index` ({} if unsplit)."""
+        value = self.args[arg_index]
+        if not (isinstance(value, MeshValue) and value.sharded):
+            return {}
+        return split_axes(value.type, self.where)
+
+    def shard(self, value: Any, coord: Coord) -> Any:
+        """What `coord` holds of `value`: its shard, or the value itself when it is global."""
+        return _local(value, coord)
+
+    def block(self, coord: Coord, arg_index: int | None = None) -> tuple[slice, ...]:
+        """The global index of `coord`'s block of argument `arg_index`, or of the (single)
+        result when None; a value no mesh axis splits is one whole block."""
+        if arg_index is None:
+            type_, shape = self.out_fields[0], self.out_shapes[0]
+        else:
+            value = self.args[arg_index]
+            type_, shape = getattr(value, "type", None), tuple(np.shape(value))
+            if isinstance(value, MeshValue):
+                shape = value.shape
+        if not _is_sharded(type_):
+            return tuple(slice(None) for _ in shape)
+        return block_slices(type_, shape, coord, self.where)
 
     def block_range(self, arg_index: int, logical_axis: int, coord: Coord) -> tuple[int, int]:
         """The global [start, stop) of `coord`'s shard of argument `arg_index` on that axis."""
@@ -106,6 +151,57 @@ class ShardedCall:
         if axes is None:
             return 0, value.shape[logical_axis]
         return block_range(value.shape[logical_axis], self.mesh, axes, coord, self.where)
+
+    def aligned(
+        self,
+        value: Any,
+        coord: Coord,
+        axes: Sequence[int | None],
+        own: frozenset[int] = frozenset(),
+    ) -> np.ndarray:
+        """`coord`'s share of the argument `value` on the blocks of the (single) result.
+
+        Axis `j` of `value` runs along result axis `axes[j]` (None: an axis the result does not
+        have, which must not be split). Where the result is Split and `value` is replicated, the
+        device slices its replica to its block (no communication); where both are split the same
+        way the shard is the block already; any other pairing has no block reading and fails
+        closed. Axes in `own` keep the device's own shard as it is: the rule itself says what a
+        Split there means (Gather's gathered axis). A Partial is an addend, used as it is.
+        """
+        out_type, out_shape = self.out_fields[0], self.out_shapes[0]
+        out_splits = split_axes(out_type, self.where) if _is_sharded(out_type) else {}
+        if isinstance(value, MeshValue) and not value.sharded:
+            if out_splits:
+                raise UnsupportedError(
+                    f"{self.where}: a per-device (Local) value cannot be aligned with a split "
+                    "result; reshard the sharded value instead"
+                )
+            return value.shards[coord]
+        held = split_axes(value.type, self.where) if isinstance(value, MeshValue) else {}
+        index: list[slice] = []
+        for axis, out_axis in enumerate(axes):
+            have = held.get(axis, ())
+            want = out_splits.get(out_axis, ()) if out_axis is not None else ()
+            if axis in own or have == want:
+                index.append(slice(None))
+                continue
+            if have:
+                shown = f"result axis {out_axis}" if out_axis is not None else "no result axis"
+                raise UnsupportedError(
+                    f"{self.where}: an argument split on its axis {axis} (over "
+                    f"{', '.join(mesh_label(self.mesh, a) for a in have)}) runs along {shown}, "
+                    "which is not split the same way, so its shard is no block of the result; "
+                    "reshard that argument to the result's layout first"
+                )
+            start, stop = block_range(out_shape[out_axis], self.mesh, want, coord, self.where)
+            index.append(slice(start, stop))
+        uncovered = sorted(set(out_splits) - {a for a in axes if a is not None})
+        if uncovered:
+            raise UnsupportedError(
+                f"{self.where}: the result is split on axis {uncovered[0]}, along which an "
+                "argument has no axis, so no device's block of it can be read from that argument"
+            )
+        return np.asarray(_local(value, coord))[tuple(index)]
 
     def map_devices(self, fn: Callable[[Coord, tuple], Any]) -> Any:
         """`fn(coord, local_args)` on each device's own shards (replicated values whole); what
@@ -123,6 +219,10 @@ class ShardedCall:
             }
             values.append(MeshValue(self.mesh, field, self.out_shapes[index], shards))
         return tuple(values) if isinstance(self.out_type, TupleType) else values[0]
+
+
+def _is_sharded(type_: Type) -> bool:
+    return isinstance(getattr(type_, "layout", None), ShardLayout)
 
 
 def _local(value: Any, coord: Coord) -> Any:
@@ -144,12 +244,14 @@ def run_call(call: ShardedCall) -> Any:
 class _BlockRun:
     """The default execution of one call: partition, slice, run the kernel, check, complete."""
 
-    def __init__(self, call: ShardedCall):
+    def __init__(self, call: ShardedCall, depends: Sequence[Sequence[int]] | None = None):
         self.call = call
         self.where = call.where
         self.relations = relations_for(call.op, call.arg_types)
         self.partition: dict[int, tuple[tuple[int, ...], int]] = {}
-        self.partial_axes: set[int] = set()
+        self.partials_of: dict[int, set[int]] = {}
+        every = tuple(range(len(call.args)))
+        self.depends = tuple(depends) if depends is not None else (every,) * len(call.out_fields)
         for index, value in enumerate(call.args):
             self._collect(index, value)
 
@@ -165,7 +267,7 @@ class _BlockRun:
         if not (isinstance(value, MeshValue) and value.sharded):
             return
         layout = value.type.layout
-        self.partial_axes |= {m for m, a in enumerate(layout.attrs) if isinstance(a, Partial)}
+        self.partials_of[index] = {m for m, a in enumerate(layout.attrs) if isinstance(a, Partial)}
         splits = split_axes(value.type, self.where)
         if splits and self.relations is None:
             self._refuse_split(f"argument {index} is Split and the op has no access relation")
@@ -192,11 +294,20 @@ class _BlockRun:
             "device computes; the op needs a SHARDED_EVAL rule, or insert reshard(x, Broadcast)"
         )
 
-    def _split_dim_of(self, mesh_axis: int) -> int | None:
+    def _split_dim_of(self, mesh_axis: int, relevant: set[int]) -> int | None:
         for dim, (mesh_axes, _) in self.partition.items():
-            if mesh_axis in mesh_axes:
+            if mesh_axis in mesh_axes and dim in relevant:
                 return dim
         return None
+
+    def _relevant_dims(self, index: int) -> set[int]:
+        """The partitioned dims result `index` sees: read by an argument it is computed from, or
+        written by it. Every device computes a result whole along any other partitioned dim."""
+        dims = {d for a in self._output_axes(index) for d in a.dims}
+        for arg in self.depends[index]:
+            if self.relations is not None and not isinstance(self.call.args[arg], tuple):
+                dims |= {d for a in self._input_axes(arg) for d in a.dims}
+        return dims & set(self.partition)
 
     def _range(self, dim: int, coord: Coord) -> tuple[int, int]:
         mesh_axes, extent = self.partition[dim]
@@ -270,26 +381,28 @@ class _BlockRun:
         attrs = field.layout.attrs if isinstance(field.layout, ShardLayout) else None
         out_splits = split_axes(field, self.where) if attrs is not None else {}
         out_axes = self._output_axes(index)
+        relevant = self._relevant_dims(index)
+        partial_axes = set().union(*(self.partials_of.get(a, set()) for a in self.depends[index]))
         shards, cut = value.shards, set()
         for mesh_axis in range(self.call.mesh.rank):
             attr = attrs[mesh_axis] if attrs is not None else None
-            dim = self._split_dim_of(mesh_axis)
+            dim = self._split_dim_of(mesh_axis, relevant)
             read_at = [j for j, a in enumerate(out_axes) if dim is not None and dim in a.dims]
             label = mesh_label(self.call.mesh, mesh_axis)
             if isinstance(attr, Split):
                 out_axis = next(j for j, m in out_splits.items() if mesh_axis in m)
-                if dim is None and mesh_axis not in self.partial_axes:
+                if dim is None and mesh_axis not in partial_axes:
                     if out_axis not in cut:
                         shards = self._keep_block(index, shards, out_axis, out_splits[out_axis])
                         cut.add(out_axis)
                 elif read_at != [out_axis] or out_splits[out_axis] != self.partition[dim][0]:
                     self._mismatch(label, f"Split on logical axis {out_axis}")
             elif isinstance(attr, Partial):
-                if dim is None and mesh_axis not in self.partial_axes:
+                if dim is None and mesh_axis not in partial_axes:
                     self._mismatch(label, f"Partial({attr.reduction}) with no per-device addends")
                 if dim is not None and read_at:
                     self._mismatch(label, f"Partial({attr.reduction})")
-            elif mesh_axis in self.partial_axes:
+            elif mesh_axis in partial_axes:
                 self._mismatch(label, "complete (only a Reshard completes a Partial)")
             elif dim is not None:
                 if read_at:

@@ -58,6 +58,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_sharded_eval,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -213,6 +214,28 @@ def _eval(op, args, out_type):
         compute_in_f32(_rotate, q_type.dtype, q, cos, sin),
         compute_in_f32(_rotate, k_type.dtype, k, cos, sin),
     )
+
+
+@register_sharded_eval(RoPE)
+def _sharded_eval(op, args, call):
+    """Each branch runs as a call of its own, since one op instance would tie them together: a
+    shared seq dim split by q's Split would cut a replicated k too, and q's Partial (typeinfer
+    lets exactly one branch carry one) would be read into k_rope. RoPE has no one-branch form,
+    so a branch is RoPE with that input as both q and k, told (`depends`) which argument each
+    of its two identical results comes from; its first result is the branch."""
+    q, k, cos, sin, pos = args
+    shared = tuple(call.arg_types[2:])
+    results = []
+    for index, x in enumerate((q, k)):
+        x_type, field, shape = call.arg_types[index], call.out_fields[index], call.out_shapes[index]
+        branch = call.recall(
+            (x, x, cos, sin, pos),
+            (x_type, x_type, *shared),
+            TupleType((field, field)),
+            (shape, shape),
+        )
+        results.append(branch.run_blocks(depends=((0, 2, 3, 4), (1, 2, 3, 4)))[0])
+    return tuple(results)
 
 
 register_surface("rope", RoPE)

@@ -29,6 +29,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_sharded_eval,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -125,6 +126,31 @@ def _eval(op: CacheUpdate, args, out_type) -> np.ndarray:
     result = np.array(cache, copy=True)
     result[:, cur_pos : cur_pos + s] = new[:, :s]
     return result
+
+
+@register_sharded_eval(CacheUpdate)
+def _sharded_eval(op: CacheUpdate, args, call):
+    """InsertSlice's reading with the length axis as the window: each device writes its block of
+    `new` into its block of `cache` (batch / heads / head_dim split alike, the length axis never
+    split, which `aligned` checks); cur_pos and s are replicated scalars."""
+    cache, cur_pos, s, new = args
+    cache_axes = tuple(range(4))
+    new_axes = tuple(None if a == _LENGTH_AXIS else a for a in range(4))
+    return call.wrap(
+        {
+            coord: _eval(
+                op,
+                (
+                    call.aligned(cache, coord, cache_axes),
+                    call.shard(cur_pos, coord),
+                    call.shard(s, coord),
+                    call.aligned(new, coord, new_axes),
+                ),
+                None,
+            )
+            for coord in call.coords
+        }
+    )
 
 
 register_surface("cache_update", CacheUpdate)

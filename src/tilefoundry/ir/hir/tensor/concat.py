@@ -43,6 +43,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_sharded_eval,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -209,6 +210,40 @@ def _concat_eval(op: Concat, args, out_type: TensorType) -> np.ndarray:
 def _stack_eval(op: Stack, args, out_type: TensorType) -> np.ndarray:
     (values,) = args
     return np.stack(tuple(values), axis=op.axis)
+
+
+def _joined_sharded_eval(op: Op, values: tuple, call, axes: tuple[int | None, ...]):
+    """Each device joins its blocks of the operands: operand axis `j` runs along result axis
+    `axes[j]`, where a split operand's shard already is the result's block and a replicated
+    one is sliced to it; the joined axis is never split (typeinfer refuses it, and `aligned`
+    fails closed on it). Pending Partials stay addends, joined addend by addend."""
+    kernel = _concat_eval if isinstance(op, Concat) else _stack_eval
+    return call.wrap(
+        {
+            coord: kernel(op, (tuple(call.aligned(v, coord, axes) for v in values),), None)
+            for coord in call.coords
+        }
+    )
+
+
+@register_sharded_eval(Concat)
+def _concat_sharded_eval(op: Concat, args, call):
+    (values,) = args
+    rank = len(values[0].shape)
+    axis = op.axis % rank
+    return _joined_sharded_eval(
+        op, values, call, tuple(None if j == axis else j for j in range(rank))
+    )
+
+
+@register_sharded_eval(Stack)
+def _stack_sharded_eval(op: Stack, args, call):
+    (values,) = args
+    rank = len(values[0].shape)
+    axis = op.axis % (rank + 1)
+    return _joined_sharded_eval(
+        op, values, call, tuple(j if j < axis else j + 1 for j in range(rank))
+    )
 
 
 register_surface("concat", Concat)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tilefoundry.errors import EvalError, VerifyError
+from tilefoundry.errors import EvalError, UnsupportedError, VerifyError
 from tilefoundry.exits.lowering_values import Value, gather
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
@@ -47,6 +47,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_sharded_eval,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -206,6 +207,58 @@ def _eval(op: Gather, args, out_type: TensorType) -> np.ndarray:
     for b in range(n_batch):
         flat_out[b] = np.take(flat_x[b], flat_i[b], axis=axis - batch)
     return out
+
+
+def _check_range(op: Gather, indices: np.ndarray, axis: int, extent: int) -> None:
+    """The unsharded kernel's refusal, on the global extent: a device checking only against its
+    own rows would silently drop an out-of-range index as "not mine"."""
+    if indices.size and (indices.min() < 0 or indices.max() >= extent):
+        bad = indices[(indices < 0) | (indices >= extent)].flat[0]
+        raise EvalError(
+            f"{op_name(op)}: index {bad} is out of range for axis {axis} of extent {extent} "
+            "(valid: 0..extent-1)"
+        )
+
+
+@register_sharded_eval(Gather)
+def _sharded_eval(op: Gather, args, call):
+    """Each device gathers from its own shard of `x`. The other axes are carried (the shard is
+    already the result's block there); on a Split gathered axis a device looks up only the rows
+    it owns and writes zeros for the others, so the devices hold the addends of the
+    Partial(sum) typeinfer claims. A batched gather of a split `x` fails closed, as typeinfer
+    refuses it."""
+    x, indices = args
+    axis = op.axis % len(x.shape)
+    held = call.splits(0)
+    if held and op.batch_dims:
+        raise UnsupportedError(
+            f"{call.where}: a batched gather of a split 'x' has no block reading"
+        )
+    n_index = len(indices.shape)
+    axes = [j if j < axis else j + n_index - 1 for j in range(len(x.shape))]
+    axes[axis] = None
+    owners = held.get(axis, ())
+    out = call.out_fields[0]
+    attrs = out.layout.attrs if isinstance(out.layout, ShardLayout) else ()
+    if owners and any(m >= len(attrs) or attrs[m] != Partial("sum") for m in owners):
+        raise UnsupportedError(
+            f"{call.where}: 'x' is Split on the gathered axis but the result is not "
+            "Partial(sum) there, so the devices' row lookups have no reading as the result"
+        )
+
+    def device(coord):
+        x_local = call.aligned(x, coord, axes, own=frozenset({axis}))
+        index = np.asarray(call.shard(indices, coord))
+        _check_range(op, index, axis, x.shape[axis])
+        if not owners:
+            return _eval(op, (x_local, index), out)
+        start, stop = call.block_range(0, axis, coord)
+        mine = (index >= start) & (index < stop)
+        rows = _eval(op, (x_local, np.where(mine, index - start, 0).astype(index.dtype)), out)
+        mask = mine.reshape((1,) * axis + mine.shape + (1,) * (rows.ndim - axis - mine.ndim))
+        return np.where(mask, rows, np.zeros_like(rows))
+
+    return call.wrap({coord: device(coord) for coord in call.coords})
 
 
 register_surface("gather", Gather)

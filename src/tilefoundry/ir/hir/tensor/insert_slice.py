@@ -37,6 +37,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_sharded_eval,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -251,6 +252,33 @@ def _eval(op: InsertSlice, args, out_type) -> np.ndarray:
     window = tuple(slice(s, s + n) for s, n in zip(starts, update.shape, strict=True))
     result[window] = update
     return result
+
+
+@register_sharded_eval(InsertSlice)
+def _sharded_eval(op: InsertSlice, args, call):
+    """Each device writes its block of `update` into its block of `dst`. typeinfer admits a Split
+    only on an axis the window covers whole (offset 0 there, so the device's window is its whole
+    block) and splits `update` exactly as `dst`; `aligned` fails closed on anything else. An
+    addend written into an addend is an addend of the written value, for sum, max and min."""
+    dst, update, offsets = args
+    window = {a for a, (u, d) in enumerate(zip(update.shape, dst.shape, strict=True)) if u != d}
+    rank = len(dst.shape)
+    dst_axes = tuple(range(rank))
+    update_axes = tuple(None if a in window else a for a in range(rank))
+    return call.wrap(
+        {
+            coord: _eval(
+                op,
+                (
+                    call.aligned(dst, coord, dst_axes),
+                    call.aligned(update, coord, update_axes),
+                    call.shard(offsets, coord),
+                ),
+                None,
+            )
+            for coord in call.coords
+        }
+    )
 
 
 register_surface("insert_slice", InsertSlice)

@@ -21,7 +21,7 @@ from functools import reduce
 
 import numpy as np
 
-from tilefoundry.errors import EvalError, VerifyError
+from tilefoundry.errors import EvalError, UnsupportedError, VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import mesh_axis_label, op_name, result_storage, tensor_operands
 from tilefoundry.ir.types import TensorType, dim_floordiv, dim_mul, format_dim, normalize_dim
@@ -34,6 +34,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_sharded_eval,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -331,6 +332,29 @@ def _eval(op: Reshape, args, out_type: TensorType) -> np.ndarray:
         return np.reshape(x, shape)
     except ValueError as err:
         raise EvalError(f"{op_name(op)}: cannot reshape {x.shape} to {shape}: {err}") from None
+
+
+@register_sharded_eval(Reshape)
+def _sharded_eval(op: Reshape, args, call):
+    """A reshape moves no data, so each device reshapes its own shard, which is exact only when
+    the claimed result layout gives every device, as its block, the very elements of its input
+    block in the same row-major order. That is checked on the element numbering itself (no
+    reasoning about positions), and any other claim fails closed: it would need a
+    redistribution the op does not perform."""
+    (x,) = args
+    numbering = np.arange(int(np.prod(x.shape, dtype=np.int64)))
+    before, after = numbering.reshape(x.shape), numbering.reshape(call.out_shapes[0])
+    results = {}
+    for coord in call.coords:
+        held, block = before[call.block(coord, 0)], after[call.block(coord)]
+        if not np.array_equal(held.ravel(), block.ravel()):
+            raise UnsupportedError(
+                f"{call.where}: under the claimed result layout device {coord}'s block of "
+                f"{list(call.out_shapes[0])} is not its input block of {list(x.shape)} "
+                "relinearised, so no local reshape produces it; reshard x to Broadcast first"
+            )
+        results[coord] = np.reshape(call.shard(x, coord), block.shape)
+    return call.wrap(results)
 
 
 register_surface("reshape", Reshape)

@@ -22,6 +22,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_sharded_eval,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -89,6 +90,21 @@ def _shape_of_eval(op: ShapeOf, args, out_type: TensorType) -> np.ndarray:
 def _rank_eval(op: Rank, args, out_type: TensorType) -> np.ndarray:
     (x,) = args
     return np.array(x.ndim, dtype=np.int64)
+
+
+@register_sharded_eval(ShapeOf)
+def _shape_of_sharded_eval(op: ShapeOf, args, call) -> np.ndarray:
+    """The global logical shape, one host value for every device: neither a Split (a device's
+    block is smaller) nor a pending reduction changes it, and no element is read."""
+    (x,) = args
+    return np.array(x.shape, dtype=np.int64).reshape((len(x.shape),))
+
+
+@register_sharded_eval(Rank)
+def _rank_sharded_eval(op: Rank, args, call) -> np.ndarray:
+    """The rank, as for ShapeOf: a host value independent of the sharding."""
+    (x,) = args
+    return np.array(len(x.shape), dtype=np.int64)
 
 
 register_surface("shape_of", ShapeOf)
