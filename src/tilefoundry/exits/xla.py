@@ -3,7 +3,13 @@
 `run_xla(fn, *arrays)` binds DimVars from the argument shapes (selecting a dispatch variant),
 emits and compiles the module for those concrete shapes, caches the executable per (function,
 shapes, dtypes), and returns numpy results shaped like the function's return type (a tuple return
-gives a tuple). Sharded functions belong to the SPMD path and are refused here.
+gives a tuple).
+
+`run_xla(fn, *arrays, devices=N)` is the SPMD path (`tilefoundry.exits.spmd`): the function's
+device mesh must have N devices; each global argument is placed on the devices by its parameter's
+ShardLayout, the module runs partitioned on N XLA devices, and the results come back gathered to
+global arrays. XLA must have been started with N devices (on CPU:
+`XLA_FLAGS=--xla_force_host_platform_device_count=N` before jax first initialises a backend).
 """
 
 from __future__ import annotations
@@ -66,10 +72,10 @@ def compiled_text(fn: Function, *arrays: np.ndarray) -> str:
 
 
 def run_xla(fn: Function, *arrays: Any, devices: int | None = None) -> Any:
-    if devices not in (None, 1):
-        raise UnsupportedError(
-            "run_xla: multi-device execution takes a sharded function (the SPMD exit)"
-        )
+    if devices is not None and devices != 1:
+        from tilefoundry.exits.spmd_xla import run_spmd
+
+        return run_spmd(fn, tuple(np.asarray(a) for a in arrays), devices, _bind_dims)
     import jax
 
     arrays = tuple(np.asarray(a) for a in arrays)
@@ -81,15 +87,16 @@ def run_xla(fn: Function, *arrays: Any, devices: int | None = None) -> Any:
     with jax.enable_x64(True):  # else device_put silently narrows i64/u64/f64 inputs to 32 bits
         outputs = executable[1].execute([jax.device_put(a, device) for a in arrays])
     flat = [np.asarray(o) for o in outputs]
-    return _structure(flat, fn.body.type if fn.body is not None else fn.return_type)
+    return structure(flat, fn.body.type if fn.body is not None else fn.return_type)
 
 
-def _structure(flat: list[np.ndarray], type_: Any) -> Any:
+def structure(flat: list[np.ndarray], type_: Any) -> Any:
+    """Flat results regrouped as the return type nests them (a tuple return gives a tuple)."""
     if isinstance(type_, TupleType):
         out = []
         for field in type_.fields:
             width = _width(field)
-            out.append(_structure(flat[:width], field))
+            out.append(structure(flat[:width], field))
             flat = flat[width:]
         return tuple(out)
     return flat[0]

@@ -75,6 +75,13 @@ evaluator's values and `call` is the evaluator's `ShardedCall` (its helpers run 
 execution with a completion combiner, redistribute for Reshard, expose shards for Local, or map a
 custom per-device function). Consulted only when a call touches a mesh; most ops register none."""
 
+SPMD_LOWERING = Registry("spmd lowering")
+"""The SPMD exit's counterpart of SHARDED_EVAL, for the same few ops:
+`rule(op, operands, call) -> lowered`, where `operands` are the per-device values and `call` is
+the exit's `SpmdCall` (run the default block lowering with a completion combiner, lower a
+Reshard's collectives, expose a Local block). An op with a SHARDED_EVAL rule and none of these
+fails closed at the SPMD exit; most ops register neither."""
+
 FUSION = Registry("fusion kind")
 """`rule(op) -> FusionKind`: the op's role for the fusion pass (SFEP-0053 §3.5): elementwise, a
 view-like index map, a reduction or contraction root, or a barrier. Declared by each op module,
@@ -82,7 +89,16 @@ so the pass never inspects op classes."""
 
 _BY_KIND = {
     r.kind: r
-    for r in (TYPEINFER, CALLEE_TYPEINFER, ACCESS_RELATION, EVAL, STABLEHLO, SHARDED_EVAL, FUSION)
+    for r in (
+        TYPEINFER,
+        CALLEE_TYPEINFER,
+        ACCESS_RELATION,
+        EVAL,
+        STABLEHLO,
+        SHARDED_EVAL,
+        SPMD_LOWERING,
+        FUSION,
+    )
 }
 
 register_typeinfer = TYPEINFER.register
@@ -91,6 +107,7 @@ register_access_relation = ACCESS_RELATION.register
 register_eval = EVAL.register
 register_stablehlo = STABLEHLO.register
 register_sharded_eval = SHARDED_EVAL.register
+register_spmd_lowering = SPMD_LOWERING.register
 
 
 def register_fusion_kind(cls: type, kind: Any) -> None:

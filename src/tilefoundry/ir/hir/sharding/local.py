@@ -33,6 +33,7 @@ from tilefoundry.visitor_registry import (
     register_eval,
     register_fusion_kind,
     register_sharded_eval,
+    register_spmd_lowering,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -149,6 +150,12 @@ def _eval(op: Local, args, out_type):
 def _sharded_eval(op: Local, args, call):
     """Local exposes each device's own shard as a plain per-device value."""
     return call.local(args[0])
+
+
+@register_spmd_lowering(Local)
+def _spmd_lowering(op: Local, operands, call):
+    """A device's local view is the block it already holds: no data moves."""
+    return call.local(operands[0])
 
 
 register_surface("local", Local)

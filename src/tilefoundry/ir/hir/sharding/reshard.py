@@ -37,6 +37,7 @@ from tilefoundry.visitor_registry import (
     register_eval,
     register_fusion_kind,
     register_sharded_eval,
+    register_spmd_lowering,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -202,6 +203,12 @@ def _eval(op: Reshard, args, out_type) -> np.ndarray:
 def _sharded_eval(op: Reshard, args, call):
     """On a mesh a Reshard is the collective its type change implies (DESIGN §4.12)."""
     return call.redistribute(args[0])
+
+
+@register_spmd_lowering(Reshard)
+def _spmd_lowering(op: Reshard, operands, call):
+    """On devices a Reshard is the collectives its type change implies, and only those."""
+    return call.reshard(operands[0])
 
 
 register_surface("reshard", Reshard)

@@ -15,6 +15,7 @@ bool have no agreed meaning here and are refused (max of bool is `any`, with ide
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 
@@ -46,6 +47,7 @@ from tilefoundry.visitor_registry import (
     register_eval,
     register_fusion_kind,
     register_sharded_eval,
+    register_spmd_lowering,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -278,6 +280,24 @@ of equal blocks is the mean, and abs_max of blocks is the max of their abs_max."
 @register_sharded_eval(Reduce)
 def _sharded_eval(op: Reduce, args, call):
     return call.run_blocks(complete=_COMPLETION[op.kind])
+
+
+@register_spmd_lowering(Reduce)
+def _spmd_lowering(op: Reduce, operands, call):
+    """A reduction over a Split axis is the local reduction plus an all-reduce. A mean is the
+    sum of the local sums over the global count, so every device divides once by the same
+    number (a mean of local means would round twice)."""
+    if op.kind is not ReduceKind.MEAN:
+        return call.run_blocks(complete=_COMPLETION[op.kind])
+    if not call.completes():
+        return call.run_blocks()
+    local_sum = Reduce(axes=op.axes, keepdim=op.keepdim, kind=ReduceKind.SUM)
+    total = call.run_blocks(complete="sum", local_op=local_sum)
+    x = call.arg_types[0]
+    shape = call.lw.shape(x)
+    count = math.prod(shape[a] for a in _reduced_axes(op, len(shape)))
+    mean = (call.value(total).widened() / float(count)).convert(total.local.dtype)
+    return dataclasses.replace(total, name=mean.name)
 
 
 register_surface("reduce", Reduce)

@@ -1,0 +1,330 @@
+"""The SPMD exit: a sharded HIR Function as Shardy StableHLO with explicit collectives.
+
+A function whose sharded values live on one `"device"` mesh becomes
+`sdy.mesh @mesh = <["x"=2, "y"=4]>` plus `func.func @main` over GLOBAL shapes, each argument and
+result annotated `sdy.sharding` from its ShardLayout, whose body is one `sdy.manual_computation`
+over every mesh axis. Inside it each device runs the per-device program of the reference mesh
+simulation (DESIGN §4.12) on LOCAL shapes: every op is its ordinary StableHLO rule applied to the
+local operand and result types (`spmd_call`), replicated operands are cut to the device's block
+locally, and the only communication is what the IR asks for — a Reshard (`spmd_reshard`) or a
+complete-effect reduction — so the emitted collectives are exactly the IR's. Manual partitioning
+is deliberate: letting Shardy propagate would let XLA choose (and add) collectives.
+
+Refused with UnsupportedError: non-device topologies, more than one mesh, Partial parameters
+(a caller has no addends to pass), Partial or per-device (Local) results (no single global value),
+loops, and any op whose per-device semantics are not "its rule on the local block" (it has a
+SHARDED_EVAL rule) unless it registers an SPMD_LOWERING rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from math import prod
+from typing import Any
+
+from tilefoundry.errors import UnsupportedError
+from tilefoundry.exits.lowering import Lowering
+from tilefoundry.exits.mlir_text import dense_literal
+from tilefoundry.exits.spmd_call import Operand, SpmdCall, check_local, leaves
+from tilefoundry.exits.spmd_collectives import Collective, DeviceBody, Shard
+from tilefoundry.exits.spmd_mesh import (
+    axis_names,
+    check_device_mesh,
+    local_shape,
+    logical_splits,
+    partial_axes,
+    sdy_sharding,
+)
+from tilefoundry.exits.stablehlo import STABLEHLO_TARGET_VERSION, VERSION_ATTRIBUTE
+from tilefoundry.exits.stablehlo import _module_name as module_name
+from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var
+from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
+from tilefoundry.ir.hir.op_support import mesh_axis_label
+from tilefoundry.ir.hir.walk import all_operands
+from tilefoundry.ir.types import TensorType, TupleType, Type
+from tilefoundry.ir.types.shard import Mesh, ShardLayout
+from tilefoundry.visitor_registry import SHARDED_EVAL, SPMD_LOWERING
+
+__all__ = ["SpmdModule", "collective_report", "emit_spmd", "format_collective_report", "lower_spmd"]
+
+
+@dataclass(frozen=True)
+class SpmdModule:
+    """The emitted text with what running it needs: the mesh, the parameter and result types
+    (global shapes and layouts, flattened) and every collective it contains, in order."""
+
+    text: str
+    mesh: Mesh
+    param_types: tuple[TensorType, ...]
+    result_types: tuple[TensorType, ...]
+    collectives: tuple[Collective, ...]
+
+
+def _fields(type_: Type) -> list[TensorType]:
+    if isinstance(type_, TupleType):
+        return [leaf for field in type_.fields for leaf in _fields(field)]
+    if isinstance(type_, TensorType):
+        return [type_]
+    raise UnsupportedError(f"SPMD exit: values of type {type_} have no StableHLO form")
+
+
+def _find_mesh(fn: Function) -> Mesh:
+    meshes: dict[Mesh, None] = {}
+    stack, seen = [fn.body, *fn.params], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        for t in _fields(node.type) if isinstance(node.type, TensorType | TupleType) else ():
+            if isinstance(t.layout, ShardLayout):
+                meshes[t.layout.mesh] = None
+        stack.extend(all_operands(node))
+        if isinstance(node, Call) and isinstance(node.target, FusionRegion):
+            stack.extend(node.target.outputs)
+        if isinstance(node, Call) and isinstance(node.target, Function) and node.target.body:
+            stack.append(node.target.body)
+    if not meshes:
+        raise UnsupportedError(
+            f"SPMD exit: {fn.name} has no sharded values; emit it with the single-device "
+            "StableHLO exit (run_xla without devices=)"
+        )
+    if len(meshes) > 1:
+        raise UnsupportedError(
+            f"SPMD exit: {fn.name} uses {len(meshes)} meshes ({', '.join(map(repr, meshes))}); "
+            "the SPMD exit runs one program on one device mesh"
+        )
+    mesh = next(iter(meshes))
+    check_device_mesh(mesh, f"SPMD exit: {fn.name}")
+    return mesh
+
+
+class _Emitter:
+    """Lowers one function body (and everything inlined into it) onto one device body."""
+
+    def __init__(self, body: DeviceBody):
+        self.body, self.lw = body, body.lw
+
+    def lower(self, root: Expr, values: dict[Expr, Operand]) -> Operand:
+        stack: list[tuple[Expr, bool]] = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in values:
+                continue
+            if isinstance(node, GridRegionExpr):
+                raise UnsupportedError(
+                    "SPMD exit: loops (GridRegionExpr) are not lowered per device; unroll the "
+                    "loop or run the sharded program on the reference evaluator"
+                )
+            if not expanded:
+                stack.append((node, True))
+                stack.extend((c, False) for c in reversed(all_operands(node)) if c not in values)
+                continue
+            values[node] = self.lower_node(node, values)
+        return values[root]
+
+    def lower_node(self, node: Expr, values: dict[Expr, Operand]) -> Operand:
+        if isinstance(node, Var):
+            raise UnsupportedError(f"SPMD exit: Var '{node.name}' is used outside its scope")
+        if isinstance(node, Constant):
+            return self.lower_constant(node)
+        if isinstance(node, Tuple):
+            return tuple(values[e] for e in node.elements)
+        args = tuple(values[a] for a in node.args)
+        if isinstance(node.target, Op):
+            return self.lower_op(node, args)
+        if isinstance(node.target, FusionRegion):
+            inner = dict(zip(node.target.inputs, args, strict=True))
+            results = tuple(self.lower(output, inner) for output in node.target.outputs)
+            return results[0] if len(results) == 1 else results
+        if isinstance(node.target, Function):
+            callee = elaborate(node.target, tuple(a.type for a in node.args))
+            if callee.body is None:
+                callee = select_variant(callee, bindings=dict(self.lw.bindings or {}))
+            return self.lower(callee.body, dict(zip(callee.params, args, strict=True)))
+        raise UnsupportedError(f"SPMD exit: {type(node).__name__} has no per-device lowering")
+
+    def global_shape(self, type_: TensorType) -> tuple[int, ...]:
+        return self.lw.shape(type_)
+
+    def lower_constant(self, node: Constant) -> Shard:
+        type_ = node.type
+        shape = self.global_shape(type_)
+        plain = TensorType(shape, type_.dtype)
+        name = self.lw.op(
+            f"stablehlo.constant {dense_literal(node.value, type_.dtype)} : {self.lw.type(plain)}"
+        )
+        if partial_axes(type_):
+            raise UnsupportedError(
+                "SPMD exit: a constant typed Partial has no addends to place; make it Broadcast"
+            )
+        return self.body.take_blocks(
+            Shard(name, type_, plain), logical_splits(type_, "Constant"), type_
+        )
+
+    def lower_op(self, node: Call, args: tuple[Operand, ...]) -> Operand:
+        op, out_type = node.target, node.type
+        fields = _fields(out_type)
+        shapes = [self.global_shape(f) for f in fields]
+        call = SpmdCall(op, args, out_type, shapes, self.body)
+        touches = any(
+            leaf.per_device or isinstance(leaf.type.layout, ShardLayout) for leaf in leaves(args)
+        ) or any(isinstance(f.layout, ShardLayout) for f in fields)
+        where = type(op).__name__
+        if not touches:
+            result = call.run_blocks()
+        elif SPMD_LOWERING.has(type(op)):
+            result = SPMD_LOWERING.lookup(type(op))(op, args, call)
+        elif SHARDED_EVAL.has(type(op)):
+            raise UnsupportedError(
+                f"{where}: on a mesh it does more than run its rule on each device's block (it "
+                "has a SHARDED_EVAL rule) and it registers no SPMD_LOWERING rule, so the SPMD "
+                "exit cannot lower it; reshard its operands to plain values first"
+            )
+        else:
+            result = call.run_blocks()
+        for leaf, field, shape in zip(leaves(result), fields, shapes, strict=True):
+            if not leaf.per_device:
+                check_local(leaf, local_shape(field, shape, where), f"the result of {where}")
+        return result
+
+
+def _signature_type(
+    type_: TensorType, lw: Lowering, mesh: Mesh, what: str, remedy: str
+) -> tuple[str, str]:
+    """(global tensor type, sdy sharding) of a parameter or result."""
+    for mesh_axis, reduction in partial_axes(type_).items():
+        raise UnsupportedError(
+            f"SPMD exit: {what} is Partial({reduction}) on {mesh_axis_label(mesh, mesh_axis)}; "
+            f"a pending reduction has no global value at the program boundary; {remedy}"
+        )
+    return lw.type(type_), sdy_sharding(type_, len(type_.shape), mesh, what)
+
+
+def lower_spmd(fn: Function, *, bindings: Mapping[Any, int] | None = None) -> SpmdModule:
+    """Lower `fn` for its device mesh (see the module doc); DimVars resolve through `bindings`."""
+    if not isinstance(fn, Function):
+        raise UnsupportedError(f"SPMD exit: expected a Function, got {type(fn).__name__}")
+    if fn.body is None:
+        fn = select_variant(fn, bindings=dict(bindings or {}))
+    mesh = _find_mesh(fn)
+    counter = [0]
+    outer = Lowering(bindings, counter, indent=4)
+    body = DeviceBody(Lowering(bindings, counter, indent=6), mesh)
+    emitter = _Emitter(body)
+
+    params, args, in_shardings, block_args, values = [], [], [], [], {}
+    param_types: list[TensorType] = []
+    for i, p in enumerate(fn.params):
+        if not isinstance(p.type, TensorType):
+            raise UnsupportedError(f"SPMD exit: parameter '{p.name}' is not a tensor")
+        text, sharding = _signature_type(
+            p.type, outer, mesh, f"parameter '{p.name}'", "pass it completed (Broadcast or Split)"
+        )
+        shape = outer.shape(p.type)
+        local = TensorType(local_shape(p.type, shape, p.name), p.type.dtype)
+        params.append(f"%arg{i}: {text} {{sdy.sharding = #sdy.sharding{sharding}}}")
+        args.append(f"%arg{i}")
+        in_shardings.append(sharding)
+        block_args.append(f"%l{i}: {outer.type(local)}")
+        values[p] = Shard(f"%l{i}", p.type, local)
+        param_types.append(p.type)
+
+    result = leaves(emitter.lower(fn.body, values))
+    result_types = _fields(fn.body.type)
+    outs = []
+    for index, (leaf, type_) in enumerate(zip(result, result_types, strict=True)):
+        what = f"result {index} of {fn.name}"
+        if leaf.per_device:
+            raise UnsupportedError(
+                f"SPMD exit: {what} is a per-device (Local) value with no global value; return "
+                "the sharded value instead"
+            )
+        remedy = "complete it in the program with reshard(x, Broadcast or Split)"
+        outs.append((leaf, *_signature_type(type_, outer, mesh, what, remedy)))
+    body.lw.line(
+        f"sdy.return {', '.join(s.name for s, _, _ in outs)} : "
+        f"{', '.join(outer.type(s.local) for s, _, _ in outs)}"
+    )
+    global_types = ", ".join(t for _, t, _ in outs)
+    names = ", ".join(f'"{n}"' for n in axis_names(mesh))
+    count = f":{len(outs)}" if len(outs) > 1 else ""
+    manual = (
+        f"    %results{count} = sdy.manual_computation({', '.join(args)}) "
+        f"in_shardings=[{', '.join(in_shardings)}] "
+        f"out_shardings=[{', '.join(s for _, _, s in outs)}] manual_axes={{{names}}} "
+        f"({', '.join(block_args)}) {{"
+    )
+    arg_types = ", ".join(outer.type(t) for t in param_types)
+    returned = [f"%results#{i}" for i in range(len(outs))] if count else ["%results"]
+    results_sig = ", ".join(f"{t} {{sdy.sharding = #sdy.sharding{s}}}" for _, t, s in outs)
+    mesh_text = ", ".join(f'"{n}"={e}' for n, e in zip(axis_names(mesh), mesh.shape, strict=True))
+    devices = prod(mesh.shape)
+    lines = [
+        f"module @{module_name(fn.name)} attributes {{mhlo.num_partitions = {devices} : i32, "
+        f'mhlo.num_replicas = 1 : i32, {VERSION_ATTRIBUTE} = "{STABLEHLO_TARGET_VERSION}"}} {{',
+        f"  sdy.mesh @mesh = <[{mesh_text}]>",
+        f"  func.func public @main({', '.join(params)}) -> ({results_sig}) {{",
+        manual,
+        *body.lw.lines,
+        f"    }} : ({arg_types}) -> " + (f"({global_types})" if count else global_types),
+        f"    return {', '.join(returned)} : {global_types}",
+        "  }",
+        "}",
+    ]
+    return SpmdModule(
+        "\n".join(lines) + "\n",
+        mesh,
+        tuple(param_types),
+        tuple(result_types),
+        tuple(body.records),
+    )
+
+
+def emit_spmd(fn: Function, *, bindings: Mapping[Any, int] | None = None) -> str:
+    """The SPMD StableHLO text of `fn` (Shardy mesh, manual computation, explicit collectives)."""
+    return lower_spmd(fn, bindings=bindings).text
+
+
+@dataclass(frozen=True)
+class CollectiveEntry:
+    """Identical collectives of one program, counted: kind, the mesh axes its groups span, its
+    reduction (all_reduce only), operand bytes each device contributes, and the IR op behind it."""
+
+    count: int
+    kind: str
+    mesh_axes: str
+    reduction: str | None
+    bytes_per_device: int
+    source: str
+
+
+def collective_report(
+    fn: Function, *, bindings: Mapping[Any, int] | None = None
+) -> list[CollectiveEntry]:
+    """What one run of `fn` communicates, grouped in first-emission order."""
+    counts: dict[Collective, int] = {}
+    for record in lower_spmd(fn, bindings=bindings).collectives:
+        counts[record] = counts.get(record, 0) + 1
+    return [
+        CollectiveEntry(n, c.kind, c.mesh_axes, c.reduction, c.bytes_per_device, c.source)
+        for c, n in counts.items()
+    ]
+
+
+def format_collective_report(entries: list[CollectiveEntry]) -> str:
+    """A fixed-width table, one line per entry, with the total bytes per device at the end."""
+    if not entries:
+        return "no collectives\n"
+    lines = [
+        f"{'count':>5}  {'kind':<10}  {'mesh axes':<9}  {'reduction':<9}  bytes/device  source"
+    ]
+    for e in entries:
+        lines.append(
+            f"{e.count:>5}  {e.kind:<10}  {e.mesh_axes:<9}  {e.reduction or '-':<9}  "
+            f"{e.bytes_per_device:>12}  {e.source}"
+        )
+    total = sum(e.count * e.bytes_per_device for e in entries)
+    lines.append(f"total: {sum(e.count for e in entries)} collective(s), {total} bytes per device")
+    return "\n".join(lines) + "\n"

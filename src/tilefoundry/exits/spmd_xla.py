@@ -1,0 +1,122 @@
+"""Running SPMD modules on N XLA devices: place global arguments, execute, gather results.
+
+Device `d` of the executable is partition `d` (device assignment `arange(N)`), which is the
+row-major mesh coordinate the module's replica groups and `partition_id` arithmetic assume
+(DESIGN §4.13). Arguments are placed through a jax mesh of the same shape, names and device
+order; results are gathered back with numpy by the block geometry the module itself uses
+(`spmd_mesh.logical_splits`), so a replicated result is read from one device per block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import product as cartesian
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from tilefoundry.errors import EvalError, UnsupportedError
+from tilefoundry.exits.spmd import SpmdModule, lower_spmd
+from tilefoundry.exits.spmd_mesh import axis_names, device_id, logical_splits
+from tilefoundry.ir.hir import Function
+from tilefoundry.ir.types import TensorType, resolve_dim
+from tilefoundry.ir.types.shard import ShardLayout
+
+_EXECUTABLES: dict[tuple, tuple[Function, SpmdModule, Any]] = {}
+
+
+def _block(type_: TensorType, shape: tuple[int, ...], coord: tuple[int, ...]) -> tuple:
+    """The global index of the block the device at `coord` holds."""
+    splits = logical_splits(type_, "run_xla")
+    mesh = type_.layout.mesh if splits else None
+    index = [slice(None)] * len(shape)
+    for axis, mesh_axes in splits.items():
+        size = shape[axis] // prod(mesh.shape[m] for m in mesh_axes)
+        block = 0
+        for m in mesh_axes:
+            block = block * mesh.shape[m] + coord[m]
+        index[axis] = slice(block * size, (block + 1) * size)
+    return tuple(index)
+
+
+def _compile(text: str, count: int):
+    from jax.extend import backend
+
+    cpu = backend.get_backend("cpu")
+    available = cpu.devices()
+    if len(available) < count:
+        raise UnsupportedError(
+            f"run_xla: the program's mesh needs {count} devices but XLA has {len(available)}; "
+            f"on CPU start the process with XLA_FLAGS=--xla_force_host_platform_device_count="
+            f"{count} (set before jax initialises its backend)"
+        )
+    options = backend.get_compile_options(
+        num_replicas=1, num_partitions=count, device_assignment=np.arange(count).reshape(1, count)
+    )
+    options.executable_build_options.use_spmd_partitioning = True
+    options.executable_build_options.use_shardy_partitioner = True
+    return cpu.compile_and_load(text, available[:count], options), available[:count]
+
+
+def run_spmd(
+    fn: Function,
+    arrays: tuple[np.ndarray, ...],
+    devices: int,
+    bind_dims: Callable[[Function, tuple], dict[str, int]],
+) -> Any:
+    """`run_xla(fn, *arrays, devices=N)`: see the module doc of `tilefoundry.exits.xla`."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding
+
+    from tilefoundry.exits.xla import structure
+
+    bindings = bind_dims(fn, arrays)
+    key = (id(fn), devices, tuple((a.shape, a.dtype.str) for a in arrays))
+    entry = _EXECUTABLES.get(key)
+    if entry is None:
+        module = lower_spmd(fn, bindings=bindings or None)
+        count = prod(module.mesh.shape)
+        if count != devices:
+            raise UnsupportedError(
+                f"run_xla: {fn.name} runs on a mesh of {count} devices "
+                f"({module.mesh!r}), not devices={devices}"
+            )
+        executable, placed_on = _compile(module.text, count)
+        entry = _EXECUTABLES[key] = (fn, module, (executable, placed_on))
+    _, module, (executable, placed_on) = entry
+    mesh = module.mesh
+    jax_mesh = Mesh(np.array(placed_on).reshape(mesh.shape), axis_names(mesh))
+    inputs = []
+    with jax.enable_x64(True):  # else device_put silently narrows 64-bit inputs to 32 bits
+        for array, type_ in zip(arrays, module.param_types, strict=True):
+            expected = np.dtype(type_.dtype.to_numpy())
+            if array.dtype != expected:
+                raise EvalError(
+                    f"run_xla: an argument has dtype {array.dtype}, expected {expected}"
+                )
+            sharding = NamedSharding(jax_mesh, _partition_spec(type_, array.ndim))
+            inputs.append(jax.device_put(array, sharding))
+        outputs = executable.execute_sharded(inputs).disassemble_into_single_device_arrays()
+    coords = list(cartesian(*(range(e) for e in mesh.shape)))
+    results = []
+    for per_device, type_ in zip(outputs, module.result_types, strict=True):
+        shape = tuple(int(resolve_dim(d, bindings)) for d in type_.shape)
+        by_device = {next(iter(a.devices())).id: np.asarray(a) for a in per_device}
+        held = [by_device[placed_on[device_id(mesh, c)].id] for c in coords]
+        result = np.empty(shape, dtype=held[0].dtype)
+        for coord, block in zip(coords, held, strict=True):
+            result[_block(type_, shape, coord)] = block
+        results.append(result)
+    type_ = fn.body.type if fn.body is not None else fn.return_type
+    return structure(results, type_)
+
+
+def _partition_spec(type_: TensorType, rank: int):
+    from jax.sharding import PartitionSpec
+
+    names = axis_names(type_.layout.mesh) if isinstance(type_.layout, ShardLayout) else ()
+    splits = logical_splits(type_, "run_xla")
+    return PartitionSpec(
+        *(tuple(names[m] for m in splits[axis]) if axis in splits else None for axis in range(rank))
+    )

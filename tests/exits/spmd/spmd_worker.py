@@ -1,0 +1,42 @@
+"""What runs inside the 8-device worker process (see conftest.py for why it is a process).
+
+`start` is the pool initializer: it asks XLA's CPU backend for 8 devices before this fresh
+interpreter imports jax. `run_program` runs one program of `sharded_programs` by name, so only
+names and numpy arrays cross the process boundary.
+"""
+
+import os
+
+DEVICE_COUNT = 8
+
+
+def start() -> None:
+    flag = f"--xla_force_host_platform_device_count={DEVICE_COUNT}"
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
+
+
+def run_program(name: str, arrays: tuple, devices: int, compiled: bool = False):
+    """`compiled` runs the program after the pass pipeline (fusion regions and all)."""
+    from exits.spmd.sharded_programs import PROGRAMS
+    from tilefoundry.exits.xla import run_xla
+    from tilefoundry.passes import compile as compile_pipeline
+
+    fn = PROGRAMS[name].sharded
+    if compiled:
+        fn = compile_pipeline(fn)[0]
+    return run_xla(fn, *arrays, devices=devices)
+
+
+def run_error(name: str, arrays: tuple, devices: int) -> str:
+    """The message run_xla fails with (an exception object may not survive pickling)."""
+    try:
+        run_program(name, arrays, devices)
+    except Exception as err:  # the test asserts on the type name and message
+        return f"{type(err).__name__}: {err}"
+    return "no error"
+
+
+def device_count() -> int:
+    import jax
+
+    return len(jax.devices("cpu"))

@@ -1,0 +1,175 @@
+"""Sharded programs through the SPMD exit on 8 XLA CPU devices (in the worker of conftest.py).
+
+Each program's gathered result matches both the reference mesh simulation of the same program
+and the reference evaluation of its unsharded twin; its module is accepted by jaxlib; the
+collectives in its text are exactly the ones its Reshards and complete reductions ask for (and
+their report is golden: refresh with `pytest --update-golden` and read the diff).
+"""
+
+import re
+
+import numpy as np
+import pytest
+
+from exits.spmd import spmd_worker
+from exits.spmd.sharded_programs import PROGRAMS
+from tilefoundry.evaluator import evaluate
+from tilefoundry.exits.jaxlib_tools import parse_and_verify
+from tilefoundry.exits.spmd import collective_report, emit_spmd, format_collective_report
+from tilefoundry.exits.spmd_mesh import logical_splits, partial_axes
+from tilefoundry.ir.core import Call
+from tilefoundry.ir.hir import FusionRegion
+from tilefoundry.ir.hir.sharding import Reshard
+from tilefoundry.ir.hir.tensor import Reduce
+from tilefoundry.ir.hir.walk import all_operands
+
+pytest.importorskip("jax", reason="the SPMD exit tests need jax[lib]")
+
+TIMEOUT_S = 120
+COLLECTIVE = re.compile(
+    r'"stablehlo\.(all_reduce|all_gather|all_to_all|reduce_scatter|'
+    r'collective_permute|collective_broadcast)"'
+)
+
+
+def inputs(name: str) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(sum(map(ord, name)))
+    fn = PROGRAMS[name].sharded
+    return tuple(
+        rng.standard_normal(tuple(int(d) for d in p.type.shape)).astype(np.float32)
+        for p in fn.params
+    )
+
+
+def as_tuple(value) -> tuple:
+    return value if isinstance(value, tuple) else (value,)
+
+
+def assert_close(got, want, what: str) -> None:
+    got, want = as_tuple(got), as_tuple(want)
+    assert len(got) == len(want), what
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert g.shape == w.shape and g.dtype == w.dtype, f"{what}[{i}]"
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5, err_msg=f"{what}[{i}]")
+
+
+def calls(fn):
+    """Every op call of `fn`, fusion regions included, in a deterministic order."""
+    stack, seen, found = [fn.body], set(), []
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Call) and isinstance(node.target, FusionRegion):
+            stack.extend(node.target.outputs)
+        elif isinstance(node, Call):
+            found.append(node)
+        stack.extend(all_operands(node))
+    return found
+
+
+def communicating_ops(fn) -> list[str]:
+    """What the IR itself says must communicate: a Reshard that completes a Partial or drops a
+    Split, and a Reduce over a Split axis (the complete effect). Read from types alone."""
+    found = []
+    for call in calls(fn):
+        x = call.args[0].type if call.args else None
+        if isinstance(call.target, Reshard):
+            held, wanted = logical_splits(x, "test"), logical_splits(call.type, "test")
+            dropped = any(wanted.get(a, ())[: len(m)] != m for a, m in held.items())
+            completed = set(partial_axes(x)) - set(partial_axes(call.type))
+            if dropped or completed:
+                found.append("Reshard")
+        elif isinstance(call.target, Reduce):
+            reduced = {a % len(x.shape) for a in call.target.axes}
+            if reduced & set(logical_splits(x, "test")):
+                found.append("Reduce")
+    return sorted(found)
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_runs_on_8_devices_like_the_mesh_simulation_and_the_unsharded_twin(name, devices8):
+    program, arrays = PROGRAMS[name], inputs(name)
+    got = devices8.submit(spmd_worker.run_program, name, arrays, program.devices).result(
+        timeout=TIMEOUT_S
+    )
+    assert_close(got, evaluate(program.sharded, *arrays), f"{name} vs the mesh simulation")
+    assert_close(got, evaluate(program.plain, *arrays), f"{name} vs the unsharded twin")
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_collectives_are_exactly_the_irs(name, golden):
+    program = PROGRAMS[name]
+    text = emit_spmd(program.sharded)
+    parse_and_verify(text)
+    in_text = COLLECTIVE.findall(text)
+    report = collective_report(program.sharded)
+    emitted = [(e.kind, e.source) for e in report for _ in range(e.count)]
+    assert in_text == [kind for kind, _ in emitted]
+    assert emitted == list(program.collectives)
+    assert sorted({source for _, source in emitted}) == sorted(
+        set(communicating_ops(program.sharded))
+    )
+    assert [s for _, s in emitted if s == "Reduce"] == [
+        s for s in communicating_ops(program.sharded) if s == "Reduce"
+    ]
+    assert f"mhlo.num_partitions = {program.devices} : i32" in text
+    golden(f"spmd/{name}.txt", format_collective_report(report))
+
+
+def test_megatron_mlp_moves_exactly_one_all_reduce_of_its_output(golden):
+    text = emit_spmd(PROGRAMS["megatron_mlp"].sharded)
+    assert COLLECTIVE.findall(text) == ["all_reduce"]
+    (entry,) = collective_report(PROGRAMS["megatron_mlp"].sharded)
+    assert (entry.count, entry.kind, entry.mesh_axes, entry.reduction) == (
+        1,
+        "all_reduce",
+        "tp",
+        "sum",
+    )
+    assert entry.bytes_per_device == 8 * 32 * 4  # the (8, 32) f32 output, once per forward step
+    second_matmul = re.findall(r"(%\d+) = stablehlo\.dot_general", text)[-1]
+    assert f'"stablehlo.all_reduce"({second_matmul})' in text
+    assert "replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>" in text
+    golden("spmd/megatron_mlp.mlir", text)
+
+
+def test_the_fused_megatron_mlp_runs_the_same_collective(devices8):
+    from tilefoundry.passes import compile as compile_pipeline
+
+    fused = compile_pipeline(PROGRAMS["megatron_mlp"].sharded)[0]
+    text = emit_spmd(fused)
+    parse_and_verify(text)
+    assert COLLECTIVE.findall(text) == ["all_reduce"]
+    arrays = inputs("megatron_mlp")
+    got = devices8.submit(spmd_worker.run_program, "megatron_mlp", arrays, 8, True).result(
+        timeout=TIMEOUT_S
+    )
+    assert_close(got, evaluate(PROGRAMS["megatron_mlp"].plain, *arrays), "fused megatron")
+
+
+def test_replica_groups_follow_the_row_major_mesh():
+    along_y = emit_spmd(PROGRAMS["split_x_partial_y"].sharded)
+    assert "dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>" in along_y
+    along_x = emit_spmd(PROGRAMS["split_y_partial_x"].sharded)
+    assert "dense<[[0, 4], [1, 5], [2, 6], [3, 7]]> : tensor<4x2xi64>" in along_x
+    handles = re.findall(r"channel_handle<handle = (\d+)", emit_spmd(PROGRAMS["gather_2d"].sharded))
+    assert handles == ["1", "2"]
+
+
+def test_shardings_and_mesh_names_come_from_the_layouts():
+    text = emit_spmd(PROGRAMS["head_split_attention"].sharded)
+    assert 'sdy.mesh @mesh = <["x"=2, "y"=4]>' in text
+    assert 'tensor<8x4x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x", "y"}, {}, {}]>}' in text
+    assert "(%l0: tensor<1x4x16xf32>" in text
+    unnamed = emit_spmd(PROGRAMS["dp_mean_square"].sharded)
+    assert 'sdy.mesh @mesh = <["a0"=2, "a1"=4]>' in unnamed
+    assert '[{"a0"}, {"a1"}]' in unnamed
+
+
+def test_broadcast_to_split_is_a_local_slice_by_device_coordinate():
+    text = emit_spmd(PROGRAMS["broadcast_to_split"].sharded)
+    assert COLLECTIVE.findall(text) == []
+    assert text.count('"stablehlo.partition_id"()') == 1
+    assert re.search(r"stablehlo\.dynamic_slice %l0, %\d+, %\d+, sizes = \[2, 8\]", text)
