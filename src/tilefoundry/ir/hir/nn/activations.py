@@ -73,8 +73,8 @@ class Silu(Op):
     x = ParamDef("input")
 
 
-_MONOTONE = "it is monotone non-decreasing, so it commutes with max/min only"
-_NOT_MONOTONE = "it is not monotone (it dips below zero near the origin), so it commutes with no "
+_MONOTONE = "is monotone non-decreasing, so it commutes with max/min only"
+_NOT_MONOTONE = "is not monotone (it dips below zero near the origin), so it commutes with no "
 
 _PARTIAL_RULE = {
     ReLU: (("max", "min"), f"relu {_MONOTONE}"),

@@ -1,0 +1,89 @@
+"""The `tilefoundry` command: check, show, emit, run, report and validate DSL programs.
+
+`main` is the one error boundary. A program the compiler refuses, a missing file or bad inputs
+are the user's to fix: one located message (`file:line:col: error: ...` and the source line),
+exit status 1, never a traceback. Anything else escaping is our bug: a short message and exit
+status 2 (set TILEFOUNDRY_TRACEBACK=1 to see the traceback when reporting it).
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+from collections.abc import Sequence
+
+from tilefoundry.errors import EvalError, InternalCompilerError, VerifyError
+
+TRACEBACK_ENV = "TILEFOUNDRY_TRACEBACK"
+
+
+class Disagreement(Exception):
+    """A backend's results differ from the reference oracle: a compiler bug, not a user error."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from tilefoundry.cli.parser import build_parser
+
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["validate"]:
+        # The validator owns its flags (and its --help); pass them through untouched.
+        from tilefoundry.evaluator.validate import main as validate_main
+
+        return _guarded(lambda: validate_main(args_list[1:]))
+    args = build_parser().parse_args(args_list)
+    return _guarded(lambda: args.handler(args))
+
+
+def _guarded(action) -> int:
+    try:
+        return action()
+    except (VerifyError, EvalError) as err:
+        print(user_error_text(err), file=sys.stderr)
+        return 1
+    except ModuleNotFoundError as err:
+        if os.environ.get(TRACEBACK_ENV) or err.name not in ("jax", "jaxlib"):
+            raise
+        print(
+            f"error: this needs {err.name}, which is not installed; "
+            "pip install -e '.[xla]' adds it",
+            file=sys.stderr,
+        )
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # the boundary: whatever escapes is reported, not dumped
+        if os.environ.get(TRACEBACK_ENV):
+            raise
+        print(internal_error_text(err), file=sys.stderr)
+        return 2
+
+
+def user_error_text(err: VerifyError | EvalError) -> str:
+    """`file:line:col: error: message`, then the source line with a caret under the column."""
+    message = getattr(err, "message", None) or str(err)
+    location = getattr(err, "location", None)
+    if location is None:
+        return f"error: {message}"
+    head = f"{location.file}:{location.line}:{location.col}: error: {message}"
+    source = linecache.getline(location.file, location.line).rstrip("\n")
+    if not source:
+        return head
+    caret = " " * (max(location.col, 1) - 1) + "^"
+    return f"{head}\n  {source}\n  {caret}"
+
+
+def internal_error_text(err: Exception) -> str:
+    if isinstance(err, Disagreement):
+        return f"internal error: {err}"
+    first = str(err).splitlines()[0] if str(err) else ""
+    kind = "internal compiler error" if isinstance(err, InternalCompilerError) else "internal error"
+    return (
+        f"{kind}: {type(err).__name__}: {first}\n"
+        f"This is a tilefoundry bug; rerun with {TRACEBACK_ENV}=1 to include the traceback "
+        "in a report."
+    )
+
+
+__all__ = ["Disagreement", "main"]

@@ -1,0 +1,141 @@
+"""The subcommands that read a program and describe it: check, show, emit, report, demo.
+
+`run` lives in its own module (inputs, backends and the oracle make it the largest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.table import Table
+
+from tilefoundry.cli.console import progress, stdout_console
+from tilefoundry.cli.program import Program, dim_vars, load_program
+from tilefoundry.errors import VerifyError
+from tilefoundry.inspect import format_ir
+from tilefoundry.inspect.shard_view import shape_text, short_type, value_rows
+from tilefoundry.ir.core import SourceSpan, source_span
+from tilefoundry.ir.hir import Function
+
+
+def entry_of(args: argparse.Namespace) -> tuple[Program, Function]:
+    with progress(f"parsing {args.file}"):
+        program = load_program(args.file)
+    return program, program.entry(args.func)
+
+
+def require_static(fn: Function, what: str) -> None:
+    """The tensor tier (legalize, fuse, StableHLO without bindings) needs static shapes."""
+    names = list(dim_vars(fn))
+    if names:
+        raise VerifyError(
+            f"Function {fn.name}: {what} needs static shapes, but its parameters use the DimVar(s) "
+            f"{', '.join(names)}; the HIR form (without --fused) prints them symbolically",
+            location=source_span(fn),
+        )
+
+
+def compile_fn(fn: Function):
+    from tilefoundry.passes import compile
+
+    with progress(f"compiling {fn.name} (legalize, verify, fuse, verify)"):
+        return compile(fn)
+
+
+def check(args: argparse.Namespace) -> int:
+    from tilefoundry.passes import verify
+
+    program = load_program(args.file)
+    names = program.names()
+    if not names:
+        raise VerifyError(
+            f"{args.file}: defines no @func or @module", location=SourceSpan(args.file, 1, 1)
+        )
+    if args.func is not None:
+        verify(program.entry(args.func))
+        names = [args.func]
+    else:
+        for obj in program.objects.values():
+            verify(obj)
+    print(f"{args.file}: ok ({len(names)} function(s) typed and verified: {', '.join(names)})")
+    return 0
+
+
+def show(args: argparse.Namespace) -> int:
+    _, fn = entry_of(args)
+    if args.fused:
+        require_static(fn, "--fused (fusion runs on the tensor tier)")
+        fn, report = compile_fn(fn)
+    console = stdout_console()
+    console.print(format_ir(fn), end="", markup=False)
+    if args.fused:
+        console.print(f"\n{report}", markup=False)
+    rows = [r for r in value_rows(fn) if r.states]
+    if not rows:
+        console.print("\nno sharded values: every value is whole on one device")
+        return 0
+    table = Table(title="shard layouts (per value)", title_justify="left")
+    for header in ("value", "op", "global", "mesh axes", "per-device shape", "reshard"):
+        table.add_column(header)
+    for row in rows:
+        table.add_row(
+            row.name,
+            row.op,
+            short_type(row.type_),
+            row.states,
+            f"{shape_text(row.local)} x {row.devices}",
+            "; ".join(row.collectives),
+        )
+    console.print()
+    console.print(table)
+    return 0
+
+
+def emit(args: argparse.Namespace) -> int:
+    from tilefoundry.exits.stablehlo import emit_stablehlo
+
+    _, fn = entry_of(args)
+    if args.portable and not args.output:
+        raise VerifyError("emit --portable writes a binary artifact; give -o FILE")
+    bindings = dict(args.dim) or None
+    if bindings is None:
+        require_static(fn, "StableHLO emission without --dim")
+    with progress(f"emitting StableHLO for {fn.name}"):
+        artifact = emit_stablehlo(fn, bindings=bindings, portable=args.portable)
+    if not args.output:
+        sys.stdout.write(artifact)
+        return 0
+    out = Path(args.output)
+    if isinstance(artifact, bytes):
+        out.write_bytes(artifact)
+    else:
+        out.write_text(artifact, encoding="utf-8")
+    print(f"wrote {out} ({out.stat().st_size} bytes, @{fn.name})")
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    from tilefoundry.inspect.report import render_report
+
+    program, fn = entry_of(args)
+    fusion = None
+    note = ""
+    if dim_vars(fn):
+        note = "DimVar shapes: drawn before fusion (fusion runs on static shapes)"
+    else:
+        fn, fusion = compile_fn(fn)
+    with progress("drawing the report"):
+        page = render_report(fn, fusion, source=program.path, note=note)
+    out = Path(args.output)
+    out.write_text(page, encoding="utf-8")
+    print(f"wrote {out} ({out.stat().st_size} bytes): @{fn.name}")
+    return 0
+
+
+def demo(args: argparse.Namespace) -> int:
+    from tilefoundry.demo import run_demo
+
+    run_demo(sys.stdout)
+    return 0

@@ -1,0 +1,190 @@
+"""Loading a DSL file for a subcommand: which function runs, its DimVar bindings, its inputs.
+
+The command works on files, the compiler on Functions, so this module is the seam: it reads the
+file (a missing or unreadable file is the user's mistake, reported like any located error),
+picks the entry (`--func`, else the last `@func`/`@module` the file defines, which is how
+example files read top to bottom: helpers first, the entry last), and builds inputs from the
+parameter types so that `run` works without any data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tilefoundry.errors import VerifyError
+from tilefoundry.frontend import parse_source
+from tilefoundry.ir.core import Module, SourceSpan
+from tilefoundry.ir.hir import Function
+from tilefoundry.ir.types import TensorType, is_static
+from tilefoundry.ir.types.shard import ShardLayout
+
+
+@dataclass(frozen=True)
+class Program:
+    """A parsed file: every top-level Function/Module by name, in definition order."""
+
+    path: str
+    objects: dict[str, Function | Module]
+
+    def entry(self, name: str | None) -> Function:
+        """The Function a command acts on; `name` may be `fn`, `Module.fn` or a module's name."""
+        if not self.objects:
+            raise VerifyError(
+                f"{self.path}: defines no @func or @module", location=SourceSpan(self.path, 1, 1)
+            )
+        if name is None:
+            return _last_function(list(self.objects.values())[-1])
+        head, _, tail = name.partition(".")
+        if head in self.objects:
+            found = self.objects[head]
+            if not tail:
+                return _last_function(found)
+            if isinstance(found, Module):
+                for fn in found.functions:
+                    if fn.name == tail:
+                        return fn
+        for obj in self.objects.values():
+            if isinstance(obj, Module) and not tail:
+                for fn in obj.functions:
+                    if fn.name == head:
+                        return fn
+        raise VerifyError(
+            f"{self.path}: no function '{name}'; it defines {', '.join(self.names())}",
+            location=SourceSpan(self.path, 1, 1),
+        )
+
+    def names(self) -> list[str]:
+        """Every name `--func` accepts, for messages and `check`'s summary."""
+        out: list[str] = []
+        for key, obj in self.objects.items():
+            if isinstance(obj, Module):
+                out.extend(f"{key}.{fn.name}" for fn in obj.functions)
+            else:
+                out.append(key)
+        return out
+
+
+def _last_function(obj: Function | Module) -> Function:
+    return obj.functions[-1] if isinstance(obj, Module) else obj
+
+
+def load_program(path: str) -> Program:
+    """Parse the DSL file at `path`; every failure is a located VerifyError."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise VerifyError(f"{path}: no such file", location=SourceSpan(path, 1, 1)) from None
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise VerifyError(
+            f"{path}: cannot read the file ({reason})", location=SourceSpan(path, 1, 1)
+        ) from None
+    namespace = parse_source(text, path)
+    objects = {
+        key: value
+        for key, value in namespace.items()
+        if isinstance(value, Function | Module) and not key.startswith("_")
+    }
+    return Program(path, objects)
+
+
+def dim_vars(fn: Function) -> dict[str, Any]:
+    """The DimVars of the parameters, by name, in first-appearance order."""
+    found: dict[str, Any] = {}
+    for param in fn.params:
+        if isinstance(param.type, TensorType):
+            for dim in param.type.shape:
+                if not is_static(dim) and hasattr(dim, "lo"):
+                    found.setdefault(dim.name, dim)
+    return found
+
+
+def bind_dims(fn: Function, given: dict[str, int], rng: np.random.Generator) -> dict[str, int]:
+    """A value for each DimVar: the one given (checked against its envelope) or a seeded draw."""
+    variables = dim_vars(fn)
+    unknown = sorted(set(given) - set(variables))
+    if unknown:
+        raise VerifyError(
+            f"Function {fn.name}: --dim names {', '.join(unknown)}, but its parameters use "
+            f"{', '.join(variables) or 'no DimVars'}"
+        )
+    bound: dict[str, int] = {}
+    for name, var in variables.items():
+        value = given[name] if name in given else int(rng.integers(var.lo, var.hi))
+        if not var.lo <= value < var.hi:
+            raise VerifyError(
+                f"Function {fn.name}: --dim {name}={value} is outside {name}'s range "
+                f"[{var.lo}, {var.hi})"
+            )
+        bound[name] = value
+    return bound
+
+
+def concrete_shape(type_: TensorType, bound: dict[str, int]) -> tuple[int, ...]:
+    shape = []
+    for dim in type_.shape:
+        if is_static(dim):
+            shape.append(int(dim))
+        elif getattr(dim, "name", None) in bound:
+            shape.append(bound[dim.name])
+        else:
+            raise VerifyError(f"parameter extent {dim} is not a plain DimVar; pass --inputs")
+    return tuple(shape)
+
+
+def random_inputs(fn: Function, bound: dict[str, int], rng: np.random.Generator) -> list:
+    """One array per parameter, drawn from its type: floats ~ N(0, 1) scaled down so deep
+    programs stay finite, integers in a small range, booleans fair."""
+    arrays = []
+    for param in fn.params:
+        type_ = param.type
+        if not isinstance(type_, TensorType):
+            raise VerifyError(
+                f"Function {fn.name}: parameter '{param.name}' is not a tensor; pass --inputs"
+            )
+        shape = concrete_shape(type_, bound)
+        dtype = type_.dtype
+        if dtype.is_bool:
+            array = rng.random(shape) < 0.5
+        elif dtype.is_int:
+            low = 0 if dtype.is_unsigned else -8
+            array = rng.integers(low, 8, size=shape)
+        else:
+            array = rng.standard_normal(shape) * 0.5
+        arrays.append(np.asarray(array).astype(dtype.to_numpy()))
+    return arrays
+
+
+def load_inputs(fn: Function, paths: list[str]) -> list[np.ndarray]:
+    if len(paths) != len(fn.params):
+        raise VerifyError(
+            f"Function {fn.name}: takes {len(fn.params)} input(s) "
+            f"({', '.join(p.name for p in fn.params)}); --inputs gave {len(paths)}"
+        )
+    arrays = []
+    for path in paths:
+        try:
+            arrays.append(np.load(path, allow_pickle=False))
+        except FileNotFoundError:
+            raise VerifyError(f"{path}: no such file", location=SourceSpan(path, 1, 1)) from None
+        except (OSError, ValueError) as err:
+            raise VerifyError(
+                f"{path}: not a .npy array ({err})", location=SourceSpan(path, 1, 1)
+            ) from None
+    return arrays
+
+
+def mesh_devices(fn: Function) -> int | None:
+    """The device count of the mesh the function's signature is sharded over, if any."""
+    types = [p.type for p in fn.params]
+    types.append(fn.body.type if fn.body is not None else fn.return_type)
+    for type_ in types:
+        layout = getattr(type_, "layout", None)
+        if isinstance(layout, ShardLayout):
+            return int(np.prod([int(e) for e in layout.mesh.shape]))
+    return None

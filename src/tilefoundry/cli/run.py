@@ -1,0 +1,185 @@
+"""`tilefoundry run`: execute a program on a backend and judge it against the reference oracle.
+
+The oracle is always the reference evaluator on the program as written. The reference backend
+runs the *compiled* (fused) program, so a run checks that fusion changed nothing; the xla backend
+runs the StableHLO exit, so a run checks the lowering. A disagreement is our bug (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from rich.table import Table
+
+from tilefoundry.cli import Disagreement
+from tilefoundry.cli.commands import compile_fn, entry_of
+from tilefoundry.cli.console import progress, stdout_console
+from tilefoundry.cli.program import bind_dims, dim_vars, load_inputs, mesh_devices, random_inputs
+from tilefoundry.errors import VerifyError
+from tilefoundry.ir.hir import Function
+
+TOLERANCES = {1: 1e-1, 2: 2e-2, 4: 1e-4, 8: 1e-10}
+"""Normwise relative tolerance by float itemsize: max |diff| <= tol * max(1, max |oracle|).
+Backends sum in different orders, so an elementwise tolerance would fail on values near zero
+that are the difference of large terms; integers and booleans must match exactly."""
+
+
+@dataclass(frozen=True)
+class Agreement:
+    max_abs_diff: float
+    ok: bool
+
+
+def flat_outputs(value) -> list[np.ndarray]:
+    if isinstance(value, tuple):
+        return [a for v in value for a in flat_outputs(v)]
+    return [np.asarray(value)]
+
+
+def agreement(got: list[np.ndarray], want: list[np.ndarray]) -> Agreement:
+    worst, ok = 0.0, True
+    for a, b in zip(got, want, strict=True):
+        if a.shape != b.shape:
+            return Agreement(float("inf"), False)
+        if a.dtype.kind in "fc" or b.dtype.kind in "fc" or a.dtype.kind == "V":
+            tolerance = TOLERANCES.get(min(a.dtype.itemsize, b.dtype.itemsize), 2e-2)
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            if not a64.size:
+                continue
+            diff = float(np.nanmax(np.abs(a64 - b64)))
+            scale = max(1.0, float(np.nanmax(np.abs(b64))))
+            worst = max(worst, diff)
+            same_nans = bool(np.array_equal(np.isnan(a64), np.isnan(b64)))
+            ok = ok and same_nans and diff <= tolerance * scale
+        else:
+            diff = np.abs(a.astype(np.int64) - b.astype(np.int64))
+            worst = max(worst, float(diff.max()) if diff.size else 0.0)
+            ok = ok and bool(np.array_equal(a, b))
+    return Agreement(worst, ok)
+
+
+def _timed(label: str, timings: list[tuple[str, float]], action):
+    with progress(label):
+        start = time.perf_counter()
+        value = action()
+        timings.append((label, time.perf_counter() - start))
+    return value
+
+
+def _devices_for(fn: Function, requested: int | None, backend: str) -> int | None:
+    mesh = mesh_devices(fn)
+    if requested is None:
+        return mesh
+    if mesh is None and requested != 1:
+        raise VerifyError(
+            f"Function {fn.name}: --devices {requested} needs a sharded program; "
+            f"{fn.name}'s signature has no mesh"
+        )
+    if mesh is not None and requested != mesh:
+        raise VerifyError(
+            f"Function {fn.name}: its mesh has {mesh} devices; --devices {requested} does not "
+            f"match ({backend} runs one shard per mesh device)"
+        )
+    return requested
+
+
+def prepare_host_devices(count: int) -> None:
+    """XLA's CPU client fixes its device count when jax first loads; ask for enough."""
+    if count <= 1 or "jax" in sys.modules:
+        return
+    flag = f"--xla_force_host_platform_device_count={count}"
+    current = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in current:
+        os.environ["XLA_FLAGS"] = f"{current} {flag}".strip()
+
+
+def run(args: argparse.Namespace) -> int:
+    from tilefoundry.evaluator import evaluate
+
+    timings: list[tuple[str, float]] = []
+    start = time.perf_counter()
+    program, fn = entry_of(args)
+    timings.append(("parse + typeinfer", time.perf_counter() - start))
+    devices = _devices_for(fn, args.devices, args.backend)
+    rng = np.random.default_rng(args.seed)
+    bound = bind_dims(fn, dict(args.dim), rng)
+    arrays = load_inputs(fn, args.inputs) if args.inputs else random_inputs(fn, bound, rng)
+
+    oracle = flat_outputs(
+        _timed("reference oracle (as written)", timings, lambda: evaluate(fn, *arrays))
+    )
+    fused_note = ""
+    if args.backend == "reference":
+        if dim_vars(fn):
+            results = oracle
+            fused_note = "fusion skipped: DimVar shapes (the tensor tier needs static shapes)"
+        else:
+            fused, report = _timed("compile (legalize, fuse)", timings, lambda: compile_fn(fn))
+            results = flat_outputs(
+                _timed("reference (fused)", timings, lambda: evaluate(fused, *arrays))
+            )
+            fused_note = str(report).splitlines()[0]
+    else:
+        from tilefoundry.exits.xla import run_xla
+
+        prepare_host_devices(devices or 1)
+        label = f"xla ({devices} devices)" if devices and devices > 1 else "xla"
+        results = flat_outputs(
+            _timed(
+                f"{label}: compile + run", timings, lambda: run_xla(fn, *arrays, devices=devices)
+            )
+        )
+        _timed(f"{label}: cached run", timings, lambda: run_xla(fn, *arrays, devices=devices))
+
+    judged = agreement(results, oracle)
+    _print_run(args, program.path, fn, bound, devices, arrays, results, judged, fused_note, timings)
+    if not judged.ok:
+        raise Disagreement(
+            f"{args.backend} results disagree with the reference oracle "
+            f"(max |diff| {judged.max_abs_diff:.3g})"
+        )
+    return 0
+
+
+def _summary_table(title: str, names: list[str], arrays: list[np.ndarray]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for header in ("name", "shape", "dtype", "mean", "std", "min", "max"):
+        table.add_column(header, justify="left" if header in ("name", "dtype") else "right")
+    for name, array in zip(names, arrays, strict=True):
+        values = array.astype(np.float64) if array.size else np.zeros(1)
+        table.add_row(
+            name,
+            str(tuple(array.shape)),
+            str(array.dtype),
+            f"{values.mean():.4g}",
+            f"{values.std():.4g}",
+            f"{values.min():.4g}",
+            f"{values.max():.4g}",
+        )
+    return table
+
+
+def _print_run(args, path, fn, bound, devices, arrays, results, judged, fused_note, timings):
+    console = stdout_console()
+    where = f"{args.backend}" + (f" on {devices} devices" if devices else "")
+    console.print(f"run @{fn.name} from {path} on {where} (seed {args.seed})")
+    if bound:
+        picked = ", ".join(f"{k}={v}" for k, v in bound.items())
+        console.print(f"DimVars: {picked}" + ("" if args.dim else " (drawn from the seed)"))
+    source = "from --inputs" if args.inputs else "random from the parameter types"
+    console.print(_summary_table(f"inputs ({source})", [p.name for p in fn.params], arrays))
+    names = [f"out{i}" for i in range(len(results))] if len(results) > 1 else ["out"]
+    console.print(_summary_table("results", names, results))
+    if fused_note:
+        console.print(fused_note)
+    verdict = "agrees" if judged.ok else "DISAGREES"
+    oracle = "the reference evaluator on the program as written"
+    console.print(f"oracle ({oracle}): {verdict}, max |diff| = {judged.max_abs_diff:.3g}")
+    console.print("timings:")
+    for label, secs in timings:
+        console.print(f"  {label:<36} {secs * 1e3:9.1f} ms")

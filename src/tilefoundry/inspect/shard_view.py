@@ -1,0 +1,218 @@
+"""Sharding in words: per-mesh-axis states, per-device local shapes, and what a Reshard costs.
+
+The printer spells a ShardLayout exactly (`#shard<@mesh[x=S(0), y=P(sum)], (2,8,8):(64,8,1)>`),
+where `S(k)` names a *layout position*. People reading a program ask different questions: which
+logical dimension does mesh axis `x` split, what shape does one device hold, and which collective
+does this Reshard become. `show`, `report` and the demo answer them from the same functions here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from math import prod
+from typing import Any
+
+from tilefoundry.inspect.printer import op_mnemonic
+from tilefoundry.ir.core import Call, Constant, Expr, Var, binding_name, source_span
+from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
+from tilefoundry.ir.hir.sharding import Reshard
+from tilefoundry.ir.hir.walk import block_operands
+from tilefoundry.ir.types import TensorType, format_dim, is_static
+from tilefoundry.ir.types.shard import Broadcast, Partial, ShardLayout, Split
+from tilefoundry.ir.types.shard.int_tuple import flatten
+from tilefoundry.passes.graph import post_order
+
+
+def axis_names(layout: ShardLayout) -> tuple[str, ...]:
+    mesh = layout.mesh
+    return mesh.names or tuple(f"a{i}" for i in range(mesh.rank))
+
+
+def _position_axes(type_: TensorType) -> list[int] | None:
+    """The logical axis of each flat layout position, when the layout factors the logical shape
+    axis by axis (the canonical form every annotation produces); None otherwise."""
+    flat = [int(e) if is_static(e) else None for e in flatten(type_.layout.layout.shape)]
+    if None in flat or not all(is_static(d) for d in type_.shape):
+        return None
+    owners: list[int] = []
+    position = 0
+    for axis, extent in enumerate(int(d) for d in type_.shape):
+        covered = 1
+        while covered < extent and position < len(flat):
+            covered *= flat[position]
+            owners.append(axis)
+            position += 1
+        if covered != extent:
+            return None
+    while position < len(flat) and flat[position] == 1:
+        owners.append(len(type_.shape) - 1)
+        position += 1
+    return owners if position == len(flat) else None
+
+
+def axis_states(type_: Any) -> list[tuple[str, str]]:
+    """(mesh axis, state) for a sharded tensor type: `split dim d`, `partial sum`, `replicated`."""
+    if not isinstance(type_, TensorType) or not isinstance(type_.layout, ShardLayout):
+        return []
+    owners = _position_axes(type_)
+    states = []
+    for name, attr in zip(axis_names(type_.layout), type_.layout.attrs, strict=True):
+        if isinstance(attr, Split):
+            where = f"dim {owners[attr.axis]}" if owners else f"layout position {attr.axis}"
+            states.append((name, f"split {where}"))
+        elif isinstance(attr, Partial):
+            states.append((name, f"partial {attr.reduction}"))
+        elif isinstance(attr, Broadcast):
+            states.append((name, "replicated"))
+        else:
+            states.append((name, "dynamic"))
+    return states
+
+
+def states_text(type_: Any) -> str:
+    return ", ".join(f"{axis}: {state}" for axis, state in axis_states(type_))
+
+
+def local_shape(type_: TensorType) -> tuple | None:
+    """The logical shape one device holds; None for an unsharded type."""
+    layout = type_.layout
+    if not isinstance(layout, ShardLayout):
+        return None
+    owners = _position_axes(type_)
+    if owners is None:
+        return tuple(_local_flat(layout))
+    local = [1] * len(type_.shape)
+    for position, extent in enumerate(_local_flat(layout)):
+        local[owners[position]] *= extent
+    return tuple(local)
+
+
+def _local_flat(layout: ShardLayout) -> list:
+    """Per flat position: its extent, or 1 where a mesh axis splits it (seed §7.1.1)."""
+    split = {attr.axis for attr in layout.attrs if isinstance(attr, Split)}
+    return [1 if k in split else e for k, e in enumerate(flatten(layout.layout.shape))]
+
+
+def devices(type_: TensorType) -> int:
+    return prod(int(e) for e in type_.layout.mesh.shape)
+
+
+def shape_text(shape: tuple) -> str:
+    return "[" + ", ".join(format_dim(d) for d in shape) + "]"
+
+
+def short_type(type_: Any) -> str:
+    """`f32[16, 64]`, tuples as `(f32[4], f32[4])`; the layout is reported separately."""
+    if isinstance(type_, TensorType):
+        return f"{type_.dtype.name}{shape_text(type_.shape)}"
+    fields = getattr(type_, "fields", None)
+    if fields is not None:
+        return "(" + ", ".join(short_type(f) for f in fields) + ")"
+    return str(type_)
+
+
+def reshard_collectives(source: Any, target: Any) -> list[str]:
+    """What each mesh axis does in a Reshard from `source` to `target` (empty: nothing moves).
+
+    Partial -> replicated is an all-reduce, Partial -> split a reduce-scatter, split ->
+    replicated an all-gather, replicated -> split a local slice, a split that moves to another
+    dimension an all-to-all."""
+    if not (isinstance(source, TensorType) and isinstance(target, TensorType)):
+        return []
+    held, wanted = dict(axis_states(source)), dict(axis_states(target))
+    if not held:
+        return [f"{axis}: scatter (slice)" for axis, s in wanted.items() if s.startswith("split")]
+    if not wanted:
+        return [
+            f"{axis}: {_move(s, 'replicated')}"
+            for axis, s in held.items()
+            if _move(s, "replicated")
+        ]
+    out = []
+    for axis, before in held.items():
+        move = _move(before, wanted.get(axis, "replicated"))
+        if move:
+            out.append(f"{axis}: {move}")
+    return out
+
+
+def _move(before: str, after: str) -> str:
+    if before == after:
+        return ""
+    if before.startswith("partial"):
+        kind = before.split()[1]
+        return f"all-reduce({kind})" if after == "replicated" else f"reduce-scatter({kind})"
+    if before.startswith("split"):
+        return "all-gather" if after == "replicated" else "all-to-all"
+    if before == "replicated" and after.startswith("split"):
+        return "slice (local, no communication)"
+    return f"{before} -> {after}"
+
+
+def value_label(expr: Expr, fallback: str) -> str:
+    """A value's name as its author bound it, else the op (and source line) that made it."""
+    name = binding_name(expr)
+    if name:
+        return name
+    span = source_span(expr)
+    return f"{fallback}@{span.line}" if span is not None else fallback
+
+
+def operation_name(expr: Expr) -> str:
+    if isinstance(expr, Call):
+        target = expr.target
+        if isinstance(target, FusionRegion):
+            return f"fusion[{target.kind}]"
+        if isinstance(target, Function):
+            return f"call @{target.name}"
+        return op_mnemonic(target)
+    if isinstance(expr, GridRegionExpr):
+        return "loop"
+    return type(expr).__name__.lower()
+
+
+@dataclass(frozen=True)
+class ValueRow:
+    """One value of a function's top-level block, for `show`'s layout table."""
+
+    name: str
+    op: str
+    type_: Any
+    states: str
+    local: tuple | None
+    devices: int | None
+    collectives: tuple[str, ...]
+
+
+def block_values(fn: Function) -> Iterator[Expr]:
+    """Parameters, then every op of the top-level block in dependency order (no constants)."""
+    yield from fn.params
+    if fn.body is None:
+        return
+    for node in post_order((fn.body,), block_operands):
+        if not isinstance(node, Var | Constant):
+            yield node
+
+
+def value_rows(fn: Function) -> list[ValueRow]:
+    rows = []
+    for expr in block_values(fn):
+        type_ = expr.type
+        sharded = isinstance(type_, TensorType) and isinstance(type_.layout, ShardLayout)
+        collectives: list[str] = []
+        if isinstance(expr, Call) and isinstance(expr.target, Reshard):
+            collectives = reshard_collectives(expr.args[0].type, type_)
+        op = "param" if isinstance(expr, Var) else operation_name(expr)
+        rows.append(
+            ValueRow(
+                name=expr.name if isinstance(expr, Var) else value_label(expr, op),
+                op=op,
+                type_=type_,
+                states=states_text(type_),
+                local=local_shape(type_) if sharded else None,
+                devices=devices(type_) if sharded else None,
+                collectives=tuple(collectives),
+            )
+        )
+    return rows
