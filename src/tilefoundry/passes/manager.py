@@ -17,7 +17,8 @@ from typing import Any
 
 from tilefoundry.errors import InternalCompilerError, VerifyError
 from tilefoundry.inspect import format_ir
-from tilefoundry.ir.core import Expr, source_span
+from tilefoundry.ir.core import Expr, Module, source_span
+from tilefoundry.ir.types import tensor_fields
 from tilefoundry.passes.fuse import FusionReport, fuse_with_report
 from tilefoundry.passes.legalize import legalize
 from tilefoundry.passes.verify import verify
@@ -81,8 +82,28 @@ class PassManager:
             print(f"{headline}: {err}\n{around}", file=sys.stderr)
 
 
+def require_static_signatures(ir: Any) -> None:
+    """The tensor tier has static dimensions only (SFEP-0053 §3.2). A dynamic signature is the
+    user's choice, not a pass's breakage, so it is refused up front as a VerifyError."""
+    functions = ir.functions if isinstance(ir, Module) else (ir,)
+    for fn in functions:
+        signature = [(f"parameter '{p.name}'", p.type) for p in fn.params]
+        for what, type_ in [*signature, ("the return type", fn.return_type)]:
+            for tensor in tensor_fields(type_):
+                dynamic = [d for d in tensor.shape if not isinstance(d, int)]
+                if dynamic:
+                    raise VerifyError(
+                        f"compile: Function {fn.name}: {what} has the dynamic dimension "
+                        f"{dynamic[0]}; the tensor tier needs static shapes, so compile a "
+                        "function with concrete extents (the StableHLO exit and the evaluator "
+                        "take dynamic functions directly and bind them per call)",
+                        location=source_span(fn),
+                    )
+
+
 def compile(fn: Any, *, debug: bool = False) -> tuple[Any, FusionReport]:
     """legalize -> verify -> fuse -> verify; the fused Function/Module and its fusion report."""
+    require_static_signatures(fn)
     reports: list[FusionReport] = []
 
     def fuse_step(ir: Any) -> Any:
