@@ -1,0 +1,207 @@
+"""Compile time, Python function to StableHLO text, for a transformer decoder of L layers:
+tilefoundry vs `jax.jit(f).lower(*specs).as_text()`, with per-op cost and a linear-fit check.
+
+Our path is the full one a user pays for: the decoder's DSL source text (generated once per L,
+outside the timing) goes through `tilefoundry.frontend.parse_source` (Python compile of the text,
+`@func` parse and typeinfer), then `tilefoundry.passes.compile` (legalize, verify, fuse, verify),
+then `emit_stablehlo`. Generating source rather than calling `@func` layer functions from a
+driver keeps the module one unrolled function, as JAX's trace of the Python loop is, so both
+sides emit the same flat program. The JAX side traces a fresh closure of the same array code each
+time (JAX caches traces per function object) and lowers it to StableHLO text; its Python
+function already exists, so Python's compile of our source text is a cost only we pay.
+
+Before timing, each L is checked: our StableHLO run on XLA (`run_xla`) and `jax.jit` of the
+array code give the same result. Run: `python benchmarks/compile_scaling.py`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from _programs import SMALL, allclose, decoder, parse_program
+from _timing import (
+    interleaved_medians,
+    markdown_table,
+    repeats_for,
+    standard_arguments,
+    write_results,
+)
+
+from tilefoundry.exits.stablehlo import emit_stablehlo
+from tilefoundry.exits.xla import run_xla
+from tilefoundry.ir.core import Call
+from tilefoundry.passes import compile as compile_fn
+from tilefoundry.passes.graph import post_order
+
+LAYERS = (1, 2, 4, 8, 16, 32)
+QUICK_LAYERS = (1, 2)
+
+
+def hir_ops(fn) -> int:
+    """The ops the program is made of after parsing: the common unit of work for both sides."""
+    return sum(isinstance(n, Call) for n in post_order((fn.body,)))
+
+
+def stablehlo_ops(text: str) -> int:
+    return sum(" = stablehlo." in line for line in text.splitlines())
+
+
+def ours_to_text(program) -> str:
+    fused, _ = compile_fn(parse_program(program))
+    return emit_stablehlo(fused)
+
+
+def jax_to_text(program, specs) -> str:
+    def f(*arrays):  # a fresh function object each call, so nothing is served from JAX's cache
+        return program.array_fn(jnp, *arrays)
+
+    return jax.jit(f).lower(*specs).as_text()
+
+
+def check_same_result(program) -> float:
+    """Our emitted module on XLA against jax.jit of the array code; raises if they differ."""
+    arrays = program.arguments()
+    fused, _ = compile_fn(parse_program(program))
+    ours = run_xla(fused, *arrays)
+    peer = jax.jit(lambda *a: program.array_fn(jnp, *a))(*arrays)
+    same, error = allclose(ours, peer)
+    if not same:
+        raise SystemExit(f"{program.name}: results differ (max relative error {error:.2e})")
+    return error
+
+
+def stage_times(program, repeats: int) -> dict[str, float]:
+    """Medians of each of our stages alone, to show where the time goes."""
+    samples: dict[str, list[float]] = {"parse": [], "compile": [], "emit": []}
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn = parse_program(program)
+        t1 = time.perf_counter()
+        fused, _ = compile_fn(fn)
+        t2 = time.perf_counter()
+        emit_stablehlo(fused)
+        t3 = time.perf_counter()
+        for stage, seconds in zip(samples, (t1 - t0, t2 - t1, t3 - t2), strict=True):
+            samples[stage].append(seconds)
+    return {stage: statistics.median(values) for stage, values in samples.items()}
+
+
+def linear_fit(xs: list[float], ys: list[float]) -> dict[str, float]:
+    """Least squares y = intercept + slope * x and its R^2: near 1 means cost grows linearly."""
+    slope, intercept = np.polyfit(xs, ys, 1)
+    predicted = intercept + slope * np.asarray(xs)
+    residual = float(np.sum((np.asarray(ys) - predicted) ** 2))
+    total = float(np.sum((np.asarray(ys) - np.mean(ys)) ** 2)) or 1.0
+    return {
+        "slope_s_per_op": float(slope),
+        "intercept_s": float(intercept),
+        "r2": 1 - residual / total,
+    }
+
+
+def main() -> None:
+    args = standard_arguments(__doc__.splitlines()[0]).parse_args()
+    repeats = repeats_for(args, 5)
+    rows = []
+    for layers in QUICK_LAYERS if args.quick else LAYERS:
+        program = decoder(layers, SMALL)
+        specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in program.arguments()]
+        error = check_same_result(program)
+        ops = hir_ops(parse_program(program))
+        ours, peer = interleaved_medians(
+            lambda p=program: ours_to_text(p),
+            lambda p=program, s=specs: jax_to_text(p, s),
+            repeats,
+        )
+        stages = stage_times(program, repeats)
+        rows.append(
+            {
+                "layers": layers,
+                "hir_ops": ops,
+                "stablehlo_ops_ours": stablehlo_ops(ours_to_text(program)),
+                "stablehlo_ops_jax": stablehlo_ops(jax_to_text(program, specs)),
+                "ours_s": ours,
+                "ours_stages_s": stages,
+                "jax_s": peer,
+                "ratio": ours / peer,
+                "ours_us_per_op": ours / ops * 1e6,
+                "jax_us_per_op": peer / ops * 1e6,
+                "max_relative_error": error,
+            }
+        )
+        print(f"L={layers}: {ours * 1e3:.1f} ms vs {peer * 1e3:.1f} ms", flush=True)
+    ops = [r["hir_ops"] for r in rows]
+    fits = {
+        side: linear_fit(ops, [r[f"{side}_s"] for r in rows]) if len(rows) > 2 else None
+        for side in ("ours", "jax")
+    }
+    baseline = rows[2] if len(rows) > 2 else rows[0]  # L=4: past the fixed per-module costs
+    growth = rows[-1]["ours_us_per_op"] / baseline["ours_us_per_op"]
+    table = markdown_table(
+        [
+            "L",
+            "HIR ops",
+            "SHLO ops ours/jax",
+            "parse+infer ms",
+            "compile ms",
+            "emit ms",
+            "ours ms",
+            "jax ms",
+            "ratio",
+            "ours µs/op",
+            "jax µs/op",
+        ],
+        [
+            [
+                r["layers"],
+                r["hir_ops"],
+                f"{r['stablehlo_ops_ours']}/{r['stablehlo_ops_jax']}",
+                f"{r['ours_stages_s']['parse'] * 1e3:.1f}",
+                f"{r['ours_stages_s']['compile'] * 1e3:.1f}",
+                f"{r['ours_stages_s']['emit'] * 1e3:.1f}",
+                f"{r['ours_s'] * 1e3:.1f}",
+                f"{r['jax_s'] * 1e3:.1f}",
+                f"{r['ratio']:.2f}x",
+                f"{r['ours_us_per_op']:.0f}",
+                f"{r['jax_us_per_op']:.0f}",
+            ]
+            for r in rows
+        ],
+    )
+    print(f"\nPython function -> StableHLO text, decoder {SMALL}, median of {repeats}")
+    print(table)
+    for side, fit in fits.items():
+        if fit is not None:
+            print(
+                f"linear fit ({side}): {fit['slope_s_per_op'] * 1e6:.0f} µs/op + "
+                f"{fit['intercept_s'] * 1e3:.1f} ms, R^2 = {fit['r2']:.4f}"
+            )
+    print(
+        f"our per-op time at L={rows[-1]['layers']} / at L={baseline['layers']}: {growth:.2f} "
+        "(1.00 = linear)"
+    )
+    path = write_results(
+        args.out,
+        "compile_scaling",
+        {
+            "dims": SMALL.__dict__,
+            "repeats": repeats,
+            "rows": rows,
+            "linear_fit": fits,
+            "per_op_growth": growth,
+            "table": table,
+        },
+    )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
