@@ -25,34 +25,41 @@ from tilefoundry.ir.types import TensorType, TupleType, is_static
 _EXECUTABLES: dict[tuple, Any] = {}
 
 
-def _bind_dims(fn: Function, arrays: tuple[np.ndarray, ...]) -> dict[str, int]:
+def bind_dims(
+    fn: Function, arrays: tuple[np.ndarray, ...], caller: str = "run_xla"
+) -> dict[str, int]:
+    """DimVar extents read off the argument shapes (checking static extents and ranks), shared by
+    every exit that runs a function on concrete arrays; `caller` names that exit in errors."""
     if len(arrays) != len(fn.params):
-        raise EvalError(f"run_xla: {fn.name} takes {len(fn.params)} arguments, got {len(arrays)}")
+        raise EvalError(f"{caller}: {fn.name} takes {len(fn.params)} arguments, got {len(arrays)}")
     bindings: dict[str, int] = {}
     for param, array in zip(fn.params, arrays, strict=True):
         type_ = param.type
         if not isinstance(type_, TensorType):
-            raise UnsupportedError(f"run_xla: parameter '{param.name}' is not a tensor")
+            raise UnsupportedError(f"{caller}: parameter '{param.name}' is not a tensor")
         if np.ndim(array) != len(type_.shape):
             raise EvalError(
-                f"run_xla: parameter '{param.name}' expects rank {len(type_.shape)}, got shape "
+                f"{caller}: parameter '{param.name}' expects rank {len(type_.shape)}, got shape "
                 f"{np.shape(array)}"
             )
         for axis, (dim, extent) in enumerate(zip(type_.shape, np.shape(array), strict=True)):
             if is_static(dim):
                 if int(dim) != extent:
                     raise EvalError(
-                        f"run_xla: parameter '{param.name}' axis {axis} must be {dim}, got {extent}"
+                        f"{caller}: parameter '{param.name}' axis {axis} must be {dim}, "
+                        f"got {extent}"
                     )
                 continue
             name = getattr(dim, "name", None)
             if name is None:
                 raise UnsupportedError(
-                    f"run_xla: parameter '{param.name}' axis {axis} is the expression {dim}; "
+                    f"{caller}: parameter '{param.name}' axis {axis} is the expression {dim}; "
                     "only plain DimVars bind from argument shapes"
                 )
             if bindings.setdefault(name, extent) != extent:
-                raise EvalError(f"run_xla: DimVar {name} is bound to {bindings[name]} and {extent}")
+                raise EvalError(
+                    f"{caller}: DimVar {name} is bound to {bindings[name]} and {extent}"
+                )
     return bindings
 
 
@@ -68,14 +75,14 @@ def compiled_text(fn: Function, *arrays: np.ndarray) -> str:
     """The StableHLO text run_xla compiles for these arguments."""
     from tilefoundry.exits.stablehlo import emit_stablehlo
 
-    return emit_stablehlo(fn, bindings=_bind_dims(fn, arrays) or None)
+    return emit_stablehlo(fn, bindings=bind_dims(fn, arrays) or None)
 
 
 def run_xla(fn: Function, *arrays: Any, devices: int | None = None) -> Any:
     if devices is not None and devices != 1:
         from tilefoundry.exits.spmd_xla import run_spmd
 
-        return run_spmd(fn, tuple(np.asarray(a) for a in arrays), devices, _bind_dims)
+        return run_spmd(fn, tuple(np.asarray(a) for a in arrays), devices, bind_dims)
     import jax
 
     arrays = tuple(np.asarray(a) for a in arrays)
