@@ -1,6 +1,7 @@
 """Per-device execution of one op call over a mesh (DESIGN §4.12).
 
-Per device, an op computes its block of the iteration domain: the domain dims that input Splits
+Per device, an op computes its block of the iteration domain, as the call's `BlockPlan` says
+(the plan the SPMD exit writes as StableHLO, so the two agree): the domain dims that input Splits
 bind to mesh axes are partitioned, each input is read through its access map restricted to that
 block (a replicated input is sliced locally along the projection axes of partitioned dims, never
 communicated), and the kernel runs on the local arrays with a local `out_type`. What each device
@@ -18,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from tilefoundry.errors import UnsupportedError
-from tilefoundry.evaluator.access import WholeAxis, axis_accesses, relations_for
 from tilefoundry.evaluator.collectives import Coord, all_reduce
 from tilefoundry.evaluator.resharding import local_view, redistribute
 from tilefoundry.evaluator.values import (
@@ -30,10 +30,10 @@ from tilefoundry.evaluator.values import (
     split_axes,
 )
 from tilefoundry.ir.core import Op
-from tilefoundry.ir.types import TensorType, TupleType, Type
-from tilefoundry.ir.types.shard import Mesh, Partial, ShardLayout, Split
+from tilefoundry.ir.types import TupleType, Type
+from tilefoundry.ir.types.shard import Mesh, ShardLayout
 from tilefoundry.visitor_registry import EVAL, SHARDED_EVAL
-from tilefoundry.visitor_registry.access_structure import Projection
+from tilefoundry.visitor_registry.block_plan import ArgView, BlockPlan, Engine, Kind
 
 
 def _leaves(value: Any) -> list[Any]:
@@ -241,131 +241,60 @@ def run_call(call: ShardedCall) -> Any:
     return call.run_blocks()
 
 
+def _view(value: Any) -> ArgView:
+    if isinstance(value, tuple):
+        sharded = any(isinstance(v, MeshValue) and v.sharded for v in _leaves(value))
+        return ArgView(Kind.SHARDED_TUPLE if sharded else Kind.TUPLE)
+    if not isinstance(value, MeshValue):
+        return ArgView(Kind.GLOBAL)
+    if not value.sharded:
+        return ArgView(Kind.LOCAL)
+    return ArgView(Kind.SHARDED, value.type, value.shape)
+
+
+_ENGINE = Engine(
+    name="the reference evaluator",
+    rule="SHARDED_EVAL",
+    article="a",
+    combiners=("sum", "mean", "max", "min"),
+    splits=split_axes,
+    label=mesh_label,
+)
+
+
 class _BlockRun:
-    """The default execution of one call: partition, slice, run the kernel, check, complete."""
+    """The default execution of one call: the call's block plan, carried out on numpy arrays
+    (slice each device's inputs, run the kernel, all-reduce and cut as the plan settles)."""
 
     def __init__(self, call: ShardedCall, depends: Sequence[Sequence[int]] | None = None):
         self.call = call
-        self.where = call.where
-        self.relations = relations_for(call.op, call.arg_types)
-        self.partition: dict[int, tuple[tuple[int, ...], int]] = {}
-        self.partials_of: dict[int, set[int]] = {}
-        every = tuple(range(len(call.args)))
-        self.depends = tuple(depends) if depends is not None else (every,) * len(call.out_fields)
-        for index, value in enumerate(call.args):
-            self._collect(index, value)
-
-    def _input_axes(self, index: int) -> tuple:
-        return axis_accesses(self.relations.inputs[index].pattern)
-
-    def _collect(self, index: int, value: Any) -> None:
-        """Bind each Split of argument `index` to the domain dim its projection reads."""
-        if isinstance(value, tuple):
-            if any(isinstance(v, MeshValue) and v.sharded for v in _leaves(value)):
-                self._refuse_split(f"argument {index} is a tuple holding sharded values")
-            return
-        if not (isinstance(value, MeshValue) and value.sharded):
-            return
-        layout = value.type.layout
-        self.partials_of[index] = {m for m, a in enumerate(layout.attrs) if isinstance(a, Partial)}
-        splits = split_axes(value.type, self.where)
-        if splits and self.relations is None:
-            self._refuse_split(f"argument {index} is Split and the op has no access relation")
-        for logical_axis, mesh_axes in splits.items():
-            access = self._input_axes(index)[logical_axis]
-            if not isinstance(access, Projection):
-                labels = ", ".join(mesh_label(self.call.mesh, a) for a in mesh_axes)
-                raise UnsupportedError(
-                    f"{self.where}: argument {index} is Split on {labels} along logical axis "
-                    f"{logical_axis}, which the op reads as {access}; the reference evaluator "
-                    "partitions only dims read through a plain projection; insert "
-                    "reshard(x, Broadcast) on that argument first"
-                )
-            entry = (mesh_axes, value.shape[logical_axis])
-            if self.partition.setdefault(access.dim, entry) != entry:
-                raise UnsupportedError(
-                    f"{self.where}: two arguments split domain dim {access.dim} differently "
-                    f"({self.partition[access.dim]} vs {entry}); reshard one of them first"
-                )
-
-    def _refuse_split(self, why: str) -> None:
-        raise UnsupportedError(
-            f"{self.where}: {why}, so the reference evaluator cannot tell which block each "
-            "device computes; the op needs a SHARDED_EVAL rule, or insert reshard(x, Broadcast)"
+        views = tuple(_view(a) for a in call.args)
+        self.plan = BlockPlan(
+            call.op,
+            call.arg_types,
+            views,
+            call.out_type,
+            call.out_shapes,
+            call.mesh,
+            _ENGINE,
+            depends,
         )
-
-    def _split_dim_of(self, mesh_axis: int, relevant: set[int]) -> int | None:
-        for dim, (mesh_axes, _) in self.partition.items():
-            if mesh_axis in mesh_axes and dim in relevant:
-                return dim
-        return None
-
-    def _relevant_dims(self, index: int) -> set[int]:
-        """The partitioned dims result `index` sees: read by an argument it is computed from, or
-        written by it. Every device computes a result whole along any other partitioned dim."""
-        dims = {d for a in self._output_axes(index) for d in a.dims}
-        for arg in self.depends[index]:
-            if self.relations is not None and not isinstance(self.call.args[arg], tuple):
-                dims |= {d for a in self._input_axes(arg) for d in a.dims}
-        return dims & set(self.partition)
-
-    def _range(self, dim: int, coord: Coord) -> tuple[int, int]:
-        mesh_axes, extent = self.partition[dim]
-        return block_range(extent, self.call.mesh, mesh_axes, coord, self.where)
 
     def _slice_input(self, index: int, value: Any, coord: Coord) -> Any:
         """Argument `index` restricted to `coord`'s block of the partitioned dims."""
-        if isinstance(value, tuple) or not self.partition:
-            return _local(value, coord)
-        if isinstance(value, MeshValue) and not value.sharded:
-            self._refuse_split(f"argument {index} is a per-device (Local) value")
+        cuts = self.plan.input_cuts(index)
         array = _local(value, coord)
-        held = split_axes(value.type, self.where) if isinstance(value, MeshValue) else {}
-        index_expr: list[slice] = []
-        for axis, access in enumerate(self._input_axes(index)):
-            touched = [d for d in access.dims if d in self.partition]
-            if axis in held or not touched:
-                index_expr.append(slice(None))
-                continue
-            if not isinstance(access, Projection):
-                raise UnsupportedError(
-                    f"{self.where}: argument {index} reads partitioned domain dim {touched[0]} "
-                    f"on axis {axis} as {access}; a replicated input can be sliced to a device's "
-                    "block only along a plain projection; reshard the split input to Broadcast"
-                )
-            start, stop = self._range(access.dim, coord)
-            index_expr.append(slice(start, stop))
+        if cuts is None:
+            return array
+        index_expr = [slice(None)] * np.ndim(array)
+        for axis, (mesh_axes, extent) in cuts.items():
+            start, stop = block_range(extent, self.call.mesh, mesh_axes, coord, self.call.where)
+            index_expr[axis] = slice(start, stop)
         return np.asarray(array)[tuple(index_expr)]
-
-    def _output_axes(self, index: int) -> tuple:
-        if self.relations is None:
-            return tuple(WholeAxis() for _ in self.call.out_shapes[index])
-        return axis_accesses(self.relations.outputs[index].pattern)
-
-    def _local_out_type(self) -> Type:
-        fields = []
-        for index, field in enumerate(self.call.out_fields):
-            shape = list(self.call.out_shapes[index])
-            for axis, access in enumerate(self._output_axes(index)):
-                touched = [d for d in access.dims if d in self.partition]
-                if not touched:
-                    continue
-                if not isinstance(access, Projection):
-                    raise UnsupportedError(
-                        f"{self.where}: result {index} writes partitioned domain dim "
-                        f"{touched[0]} on axis {axis} as {access}, not a plain projection; "
-                        "insert reshard(x, Broadcast) on the split input first"
-                    )
-                mesh_axes, extent = self.partition[access.dim]
-                shape[axis] = extent // int(np.prod([self.call.mesh.shape[a] for a in mesh_axes]))
-            fields.append(TensorType(tuple(shape), field.dtype, None, field.storage))
-        if isinstance(self.call.out_type, TupleType):
-            return TupleType(tuple(fields))
-        return fields[0]
 
     def run(self, complete: str | None) -> Any:
         call, kernel = self.call, EVAL.lookup(type(self.call.op))
-        local_out = self._local_out_type()
+        local_out = self.plan.local_out_type()
         results = {}
         for coord in call.coords:
             local_args = tuple(self._slice_input(i, a, coord) for i, a in enumerate(call.args))
@@ -376,45 +305,14 @@ class _BlockRun:
         return finished if isinstance(values, tuple) else finished[0]
 
     def _settle(self, index: int, value: MeshValue, complete: str | None) -> MeshValue:
-        """Check each mesh axis of result `index` against its type; complete or cut as it says."""
-        field = value.type
-        attrs = field.layout.attrs if isinstance(field.layout, ShardLayout) else None
-        out_splits = split_axes(field, self.where) if attrs is not None else {}
-        out_axes = self._output_axes(index)
-        relevant = self._relevant_dims(index)
-        partial_axes = set().union(*(self.partials_of.get(a, set()) for a in self.depends[index]))
-        shards, cut = value.shards, set()
-        for mesh_axis in range(self.call.mesh.rank):
-            attr = attrs[mesh_axis] if attrs is not None else None
-            dim = self._split_dim_of(mesh_axis, relevant)
-            read_at = [j for j, a in enumerate(out_axes) if dim is not None and dim in a.dims]
-            label = mesh_label(self.call.mesh, mesh_axis)
-            if isinstance(attr, Split):
-                out_axis = next(j for j, m in out_splits.items() if mesh_axis in m)
-                if dim is None and mesh_axis not in partial_axes:
-                    if out_axis not in cut:
-                        shards = self._keep_block(index, shards, out_axis, out_splits[out_axis])
-                        cut.add(out_axis)
-                elif read_at != [out_axis] or out_splits[out_axis] != self.partition[dim][0]:
-                    self._mismatch(label, f"Split on logical axis {out_axis}")
-            elif isinstance(attr, Partial):
-                if dim is None and mesh_axis not in partial_axes:
-                    self._mismatch(label, f"Partial({attr.reduction}) with no per-device addends")
-                if dim is not None and read_at:
-                    self._mismatch(label, f"Partial({attr.reduction})")
-            elif mesh_axis in partial_axes:
-                self._mismatch(label, "complete (only a Reshard completes a Partial)")
-            elif dim is not None:
-                if read_at:
-                    self._mismatch(label, "replicated")
-                if complete is None:
-                    raise UnsupportedError(
-                        f"{self.where}: reduces the dim split on {label} to a replicated result "
-                        "(a complete effect), but names no combiner; its SHARDED_EVAL rule must "
-                        "call run_blocks(complete='sum'|'mean'|'max'|'min')"
-                    )
-                shards = all_reduce(shards, mesh_axis, complete)
-        return MeshValue(value.mesh, field, value.shape, shards)
+        """Result `index` completed and cut as the plan says its type requires."""
+        settlement = self.plan.settle(index, complete)
+        shards = value.shards
+        for mesh_axis in settlement.reduce:
+            shards = all_reduce(shards, mesh_axis, complete)
+        for axis, mesh_axes in settlement.cuts.items():
+            shards = self._keep_block(index, shards, axis, mesh_axes)
+        return MeshValue(value.mesh, value.type, value.shape, shards)
 
     def _keep_block(self, index: int, shards: dict, axis: int, mesh_axes: tuple[int, ...]) -> dict:
         """A result replicated along `mesh_axes` but typed Split there (e.g. a creation op):
@@ -422,17 +320,8 @@ class _BlockRun:
         extent = self.call.out_shapes[index][axis]
         kept = {}
         for coord, shard in shards.items():
-            if shard.shape[axis] != extent:
-                self._mismatch(mesh_label(self.call.mesh, mesh_axes[0]), "Split")
-            start, stop = block_range(extent, self.call.mesh, mesh_axes, coord, self.where)
+            start, stop = block_range(extent, self.call.mesh, mesh_axes, coord, self.call.where)
             cut = [slice(None)] * shard.ndim
             cut[axis] = slice(start, stop)
             kept[coord] = shard[tuple(cut)]
         return kept
-
-    def _mismatch(self, label: str, declared: str) -> None:
-        raise UnsupportedError(
-            f"{self.where}: its result type is {declared} on {label}, which running the kernel "
-            "on each device's block does not produce; the op needs a SHARDED_EVAL rule for "
-            "this sharding (or the typeinfer rule that derived it is unsound)"
-        )

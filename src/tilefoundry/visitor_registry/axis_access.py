@@ -1,10 +1,10 @@
-"""How one op instance reads and writes each value axis, as the mesh simulation needs it.
+"""How one op instance reads and writes each value axis, as a block plan needs it.
 
-The simulation partitions the domain dims that input Splits bind to mesh axes, so it needs, per
-value axis, which domain dim it reads and whether as a plain projection. Some relations are not
-single-valued on purpose (a normalisation reads its whole last axis through a free variable,
-hir §1.3 RMSNorm); such an axis reads no domain dim and is held whole by every instance, so it is
-classified axis by axis instead of failing the whole map.
+A block plan (`block_plan`) partitions the domain dims that input Splits bind to mesh axes, so
+it needs, per value axis, which domain dim it reads and whether as a plain projection. Some
+relations are not single-valued on purpose (a normalisation reads its whole last axis through a
+free variable, hir §1.3 RMSNorm); such an axis reads no domain dim and is held whole by every
+instance, so it is classified axis by axis instead of failing the whole map.
 """
 
 from __future__ import annotations
