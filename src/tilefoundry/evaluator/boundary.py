@@ -1,28 +1,25 @@
-"""The function boundary: checking inputs, binding DimVars, placing parameters, reading results.
+"""The function boundary: checking inputs, placing parameters, reading results.
 
 Inputs are checked one by one against their parameter (count, rank, extents, dtype) so the error
-names the parameter; DimVars bind from the concrete shapes (hir §1.1), and a conflict or an
-out-of-envelope value is the caller's mistake (EvalError). Parameters are then placed: scattered
+names the parameter (DimVars bind through `ir.hir.signature.bind_dim_vars`, shared with the
+exits). Parameters are then placed: scattered
 over their mesh (DESIGN §4.12) or laid out physically (a plain Layout), and results are gathered
 and read back through their layout the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from tilefoundry.errors import EvalError, UnsupportedError, VerifyError
+from tilefoundry.errors import EvalError, UnsupportedError
 from tilefoundry.evaluator.dtypes import check_dtype
 from tilefoundry.evaluator.layouts import has_physical_layout, load_physical, store_physical
 from tilefoundry.evaluator.values import MeshValue, gather, scatter
 from tilefoundry.ir.core import Var
-from tilefoundry.ir.types import DimVar, TensorType, TupleType, Type, resolve_dim
+from tilefoundry.ir.types import TensorType, TupleType, Type
 from tilefoundry.ir.types.shard import ShardLayout
-
-Bindings = dict[DimVar, int]
 
 
 def shape_of(value: Any) -> tuple[int, ...] | None:
@@ -32,56 +29,6 @@ def shape_of(value: Any) -> tuple[int, ...] | None:
     if isinstance(value, tuple):
         return None
     return tuple(np.shape(value))
-
-
-def bind_dims(fn_name: str, params: Sequence[Var], shapes: Sequence[Any]) -> Bindings:
-    """DimVar -> extent from the argument shapes; ranks and static extents are checked too."""
-    bindings: Bindings = {}
-    seen: dict[DimVar, str] = {}
-    derived: list[tuple[Any, int, str]] = []
-    for param, shape in zip(params, shapes, strict=True):
-        if not isinstance(param.type, TensorType) or shape is None:
-            continue
-        where = f"Function {fn_name}: parameter '{param.name}'"
-        declared = param.type.shape
-        if len(shape) != len(declared):
-            raise EvalError(
-                f"{where} has rank {len(declared)} {list(declared)}, got an array of shape "
-                f"{tuple(shape)}"
-            )
-        for axis, (dim, extent) in enumerate(zip(declared, shape, strict=True)):
-            at = f"{where} axis {axis}"
-            if isinstance(dim, int):
-                if dim != extent:
-                    raise EvalError(f"{at} has extent {dim}, got {extent} (shape {tuple(shape)})")
-            elif isinstance(dim, DimVar):
-                _bind(bindings, seen, dim, int(extent), at)
-            else:
-                derived.append((dim, int(extent), at))
-    for dim, extent, at in derived:
-        try:
-            value = resolve_dim(dim, bindings)
-        except VerifyError:
-            raise EvalError(
-                f"{at} has extent {dim}, which no parameter axis binds on its own; "
-                "give some parameter an axis of just the DimVar"
-            ) from None
-        if value != extent:
-            raise EvalError(f"{at} has extent {dim} = {value}, got {extent}")
-    return bindings
-
-
-def _bind(bindings: Bindings, seen: dict[DimVar, str], var: DimVar, extent: int, at: str) -> None:
-    if var in bindings and bindings[var] != extent:
-        raise EvalError(
-            f"DimVar {var.name} is bound to {bindings[var]} by {seen[var]} but to {extent} by {at}"
-        )
-    if not var.lo <= extent < var.hi:
-        raise EvalError(
-            f"{at}: DimVar {var.name}={extent} lies outside its envelope [{var.lo}, {var.hi})"
-        )
-    bindings[var] = extent
-    seen.setdefault(var, at)
 
 
 def check_input(fn_name: str, param: Var, array: Any) -> np.ndarray:

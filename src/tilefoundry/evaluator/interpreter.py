@@ -16,8 +16,6 @@ import numpy as np
 
 from tilefoundry.errors import EvalError, InternalCompilerError, UnsupportedError, VerifyError
 from tilefoundry.evaluator.boundary import (
-    Bindings,
-    bind_dims,
     check_input,
     place_input,
     read_result,
@@ -28,6 +26,7 @@ from tilefoundry.evaluator.mesh_sim import ShardedCall, run_call, touches_mesh
 from tilefoundry.evaluator.values import scatter
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
+from tilefoundry.ir.hir.signature import Bindings, bind_dim_vars
 from tilefoundry.ir.hir.walk import block_operands
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
 from tilefoundry.ir.types.shard import ShardLayout
@@ -101,7 +100,7 @@ class Interpreter:
                 f"Function {fn.name}: expected {len(fn.params)} argument(s) "
                 f"({', '.join(p.name for p in fn.params)}), got {len(values)}"
             )
-        bindings = bind_dims(fn.name, fn.params, [shape_of(v) for v in values])
+        bindings = bind_dim_vars(fn.name, fn.params, [shape_of(v) for v in values])
         if fn.is_dispatch_base:
             fn = select_variant(fn, bindings={var.name: n for var, n in bindings.items()})
         self.ensure_typed(fn)
@@ -259,7 +258,7 @@ def evaluate(fn: Function, *arrays: Any, complete_partials: bool = False) -> Any
             f"({', '.join(p.name for p in fn.params)}), got {len(arrays)}"
         )
     checked = [check_input(fn.name, p, a) for p, a in zip(fn.params, arrays, strict=True)]
-    bind_dims(fn.name, fn.params, [a.shape for a in checked])
+    bind_dim_vars(fn.name, fn.params, [a.shape for a in checked])
     pairs = enumerate(zip(fn.params, checked, strict=True))
     placed = [place_input(fn.name, param, array, i) for i, (param, array) in pairs]
     body_fn, result = interpreter.invoke(fn, placed)

@@ -20,7 +20,8 @@ import numpy as np
 
 from tilefoundry.errors import EvalError, UnsupportedError
 from tilefoundry.ir.hir import Function
-from tilefoundry.ir.types import TensorType, TupleType, is_static
+from tilefoundry.ir.hir.signature import bind_dim_vars
+from tilefoundry.ir.types import TensorType, TupleType
 
 _EXECUTABLES: dict[tuple, Any] = {}
 
@@ -28,39 +29,16 @@ _EXECUTABLES: dict[tuple, Any] = {}
 def bind_dims(
     fn: Function, arrays: tuple[np.ndarray, ...], caller: str = "run_xla"
 ) -> dict[str, int]:
-    """DimVar extents read off the argument shapes (checking static extents and ranks), shared by
-    every exit that runs a function on concrete arrays; `caller` names that exit in errors."""
+    """DimVar name -> extent read off the argument shapes (the one binding rule,
+    `bind_dim_vars`), for every exit that runs a function on concrete arrays; `caller` names
+    that exit in errors."""
     if len(arrays) != len(fn.params):
         raise EvalError(f"{caller}: {fn.name} takes {len(fn.params)} arguments, got {len(arrays)}")
-    bindings: dict[str, int] = {}
-    for param, array in zip(fn.params, arrays, strict=True):
-        type_ = param.type
-        if not isinstance(type_, TensorType):
+    for param in fn.params:
+        if not isinstance(param.type, TensorType):
             raise UnsupportedError(f"{caller}: parameter '{param.name}' is not a tensor")
-        if np.ndim(array) != len(type_.shape):
-            raise EvalError(
-                f"{caller}: parameter '{param.name}' expects rank {len(type_.shape)}, got shape "
-                f"{np.shape(array)}"
-            )
-        for axis, (dim, extent) in enumerate(zip(type_.shape, np.shape(array), strict=True)):
-            if is_static(dim):
-                if int(dim) != extent:
-                    raise EvalError(
-                        f"{caller}: parameter '{param.name}' axis {axis} must be {dim}, "
-                        f"got {extent}"
-                    )
-                continue
-            name = getattr(dim, "name", None)
-            if name is None:
-                raise UnsupportedError(
-                    f"{caller}: parameter '{param.name}' axis {axis} is the expression {dim}; "
-                    "only plain DimVars bind from argument shapes"
-                )
-            if bindings.setdefault(name, extent) != extent:
-                raise EvalError(
-                    f"{caller}: DimVar {name} is bound to {bindings[name]} and {extent}"
-                )
-    return bindings
+    bindings = bind_dim_vars(fn.name, fn.params, [np.shape(a) for a in arrays])
+    return {var.name: extent for var, extent in bindings.items()}
 
 
 def _compile(text: str):

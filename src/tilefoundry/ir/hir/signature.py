@@ -9,9 +9,10 @@ its half-open envelope or the same DimVar — never a different one (hir §1.1 b
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-from tilefoundry.errors import VerifyError
+from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.core import Var
 from tilefoundry.ir.types import (
     DimVar,
@@ -21,6 +22,7 @@ from tilefoundry.ir.types import (
     Type,
     dim_vars,
     format_dim,
+    resolve_dim,
     tensor_fields,
 )
 
@@ -125,3 +127,58 @@ def signature_dim_vars(types: Iterable[tuple[str, Type]]) -> dict[str, tuple[Dim
                             "of one name in a signature must agree"
                         )
     return found
+
+
+Bindings = dict[DimVar, int]
+
+
+def bind_dim_vars(fn_name: str, params: Sequence[Var], shapes: Sequence[Any]) -> Bindings:
+    """DimVar -> extent read off concrete argument shapes (ranks, static extents, envelopes and
+    derived extents checked), for every engine that runs a function on arrays: the evaluator
+    and the exits. A mismatch is the caller's bad input, hence EvalError."""
+    bindings: Bindings = {}
+    seen: dict[DimVar, str] = {}
+    derived: list[tuple[Any, int, str]] = []
+    for param, shape in zip(params, shapes, strict=True):
+        if not isinstance(param.type, TensorType) or shape is None:
+            continue
+        where = f"Function {fn_name}: parameter '{param.name}'"
+        declared = param.type.shape
+        if len(shape) != len(declared):
+            raise EvalError(
+                f"{where} has rank {len(declared)} {list(declared)}, got an array of shape "
+                f"{tuple(shape)}"
+            )
+        for axis, (dim, extent) in enumerate(zip(declared, shape, strict=True)):
+            at = f"{where} axis {axis}"
+            if isinstance(dim, int):
+                if dim != extent:
+                    raise EvalError(f"{at} has extent {dim}, got {extent} (shape {tuple(shape)})")
+            elif isinstance(dim, DimVar):
+                _bind(bindings, seen, dim, int(extent), at)
+            else:
+                derived.append((dim, int(extent), at))
+    for dim, extent, at in derived:
+        try:
+            value = resolve_dim(dim, bindings)
+        except VerifyError:
+            raise EvalError(
+                f"{at} has extent {dim}, which no parameter axis binds on its own; "
+                "give some parameter an axis of just the DimVar"
+            ) from None
+        if value != extent:
+            raise EvalError(f"{at} has extent {dim} = {value}, got {extent}")
+    return bindings
+
+
+def _bind(bindings: Bindings, seen: dict[DimVar, str], var: DimVar, extent: int, at: str) -> None:
+    if var in bindings and bindings[var] != extent:
+        raise EvalError(
+            f"DimVar {var.name} is bound to {bindings[var]} by {seen[var]} but to {extent} by {at}"
+        )
+    if not var.lo <= extent < var.hi:
+        raise EvalError(
+            f"{at}: DimVar {var.name}={extent} lies outside its envelope [{var.lo}, {var.hi})"
+        )
+    bindings[var] = extent
+    seen.setdefault(var, at)
