@@ -2,12 +2,12 @@
 
 `python -m tilefoundry.evaluator.validate [--op NAME] [--samples N] [--seed S] [--full]`
 
-For each HIR op, each sample of `validation_samples.SAMPLES`, and each combination of per-mesh-axis
-input states (Broadcast, Split on each logical axis, Partial sum|max|min), typeinfer says whether
-it accepts the combination and which output type it claims. The validator then places adversarial
-inputs on the simulated devices (`validation_inputs`), runs the op through the evaluator's mesh
-path, completes the claimed output state (gathers Splits, reduces Partials with the claimed
-reduction, checks that Broadcast replicas agree) and compares with the unsharded run, twice
+For each HIR op, each sample its module registers (VALIDATION_SAMPLES), and each combination of
+per-mesh-axis input states (Broadcast, Split on each logical axis, Partial sum|max|min), typeinfer
+says whether it accepts the combination and which output type it claims. The validator then places
+adversarial inputs on the simulated devices (`validation_inputs`), runs the op through the
+evaluator's mesh path, completes the claimed output state (gathers Splits, reduces Partials with the
+claimed reduction, checks that Broadcast replicas agree) and compares with the unsharded run, twice
 (values and their sign flip). It reports, after DTensor's `strategy_validation`:
 
 - unsound acceptances: typeinfer accepts, execution refutes. Must be none; exit status 1 if any.
@@ -28,26 +28,39 @@ from rich.progress import Progress
 from rich.table import Table
 
 from tilefoundry.evaluator.validation_checks import Report, SampleRun, Settings, Tally
-from tilefoundry.evaluator.validation_samples import NOT_SAMPLED, SAMPLES, Sample
 from tilefoundry.ir.core import Op
-from tilefoundry.visitor_registry import TYPEINFER
+from tilefoundry.visitor_registry import TYPEINFER, VALIDATION_SAMPLES
+from tilefoundry.visitor_registry.validation_samples import Sample
+
+_UNREGISTERED = "not sampled: missing (the op registers no validation samples)"
 
 
 def catalog_samples(op: str | None = None) -> tuple[dict[str, list[Sample]], dict[str, str]]:
     """The HIR ops registered for typeinfer (`tilefoundry.ir.hir.*`): their samples, and the ops
-    without any, each with the reason (an op missing from the table says so)."""
-    names = sorted(
-        cls.__name__
-        for cls in TYPEINFER.registered()
-        if issubclass(cls, Op) and cls.__module__.startswith("tilefoundry.ir.hir.")
+    without any, each with its reason. The catalog comes from typeinfer rather than from the
+    sample registry, so an op that forgot to register samples is reported, not silently skipped."""
+    classes = sorted(
+        (
+            cls
+            for cls in TYPEINFER.registered()
+            if issubclass(cls, Op) and cls.__module__.startswith("tilefoundry.ir.hir.")
+        ),
+        key=lambda cls: cls.__name__,
     )
     if op is not None:
+        names = [cls.__name__ for cls in classes]
         if op not in names:
             raise SystemExit(f"validate: no HIR op named {op!r}; ops: {', '.join(names)}")
-        names = [op]
-    sampled = {n: SAMPLES[n] for n in names if n in SAMPLES and n not in NOT_SAMPLED}
-    reasons = {n: NOT_SAMPLED.get(n, "not sampled: missing from the sample table") for n in names}
-    return sampled, {n: r for n, r in reasons.items() if n not in sampled}
+        classes = [classes[names.index(op)]]
+    sampled: dict[str, list[Sample]] = {}
+    not_sampled: dict[str, str] = {}
+    for cls in classes:
+        entry = VALIDATION_SAMPLES.lookup(cls)() if VALIDATION_SAMPLES.has(cls) else _UNREGISTERED
+        if isinstance(entry, str):
+            not_sampled[cls.__name__] = entry
+        else:
+            sampled[cls.__name__] = list(entry)
+    return sampled, not_sampled
 
 
 def validate(

@@ -24,12 +24,12 @@ from tilefoundry.evaluator.validation_inputs import (
     place,
     sign_flipped,
 )
-from tilefoundry.evaluator.validation_samples import Operand, Sample
 from tilefoundry.evaluator.values import MeshValue, gather, same_values, split_axes
 from tilefoundry.ir.types import TupleType, Type, make_shard_tensor_type
 from tilefoundry.ir.types import make_tensor_type as plain_type
 from tilefoundry.ir.types.shard import B, Mesh, P, ShardLayout, Split, make_mesh
 from tilefoundry.visitor_registry import typeinfer_call
+from tilefoundry.visitor_registry.validation_samples import Operand, Sample
 
 REDUCTIONS = ("sum", "max", "min")
 _TOLERANCE = {"float64": 1e-9, "float32": 2e-4, "float16": 2e-2, "bfloat16": 6e-2}

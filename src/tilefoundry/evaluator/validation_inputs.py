@@ -20,7 +20,6 @@ that completing the mesh axes in order (what `evaluator.gather` does) undoes it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,28 +28,9 @@ from tilefoundry.evaluator.collectives import Coord
 from tilefoundry.evaluator.values import block_slices, devices
 from tilefoundry.ir.types import TensorType
 from tilefoundry.ir.types.shard import Partial, ShardLayout
+from tilefoundry.visitor_registry.validation_samples import Domain
 
-DOMAINS = ("real", "grid", "positive", "bool", "index", "constant")
 REDRAWS = 8
-
-
-@dataclass(frozen=True)
-class Domain:
-    """The values an operand may hold: `real` (either sign), `grid` (small integers of either
-    sign in any dtype, so comparisons see ties), `positive` (log, rsqrt), `bool`, `index`
-    (integers in [0, bound)) or `constant` (every element equals `bound`: a write count). Only
-    `real` and `grid` are sign-flipped on the rerun."""
-
-    kind: str = "real"
-    bound: int = 0
-
-    def __post_init__(self) -> None:
-        if self.kind not in DOMAINS:
-            raise ValueError(f"Domain: unknown kind {self.kind!r}; kinds: {DOMAINS}")
-
-    @property
-    def flips(self) -> bool:
-        return self.kind in ("real", "grid")
 
 
 def draw_truth(

@@ -87,6 +87,13 @@ FUSION = Registry("fusion kind")
 view-like index map, a reduction or contraction root, or a barrier. Declared by each op module,
 so the pass never inspects op classes."""
 
+VALIDATION_SAMPLES = Registry("validation samples")
+"""`rule() -> list[Sample]` (`visitor_registry.validation_samples`): the operands and attributes
+the sharding-rule validator (`evaluator/validate.py`) checks the op's rules on. Built on demand, so
+importing an op constructs no sample ops. An op with nothing to vary registers, through
+`register_not_sampled`, a rule returning the reason as a `str` instead, so the validator's
+coverage report can say why it is skipped."""
+
 _BY_KIND = {
     r.kind: r
     for r in (
@@ -98,6 +105,7 @@ _BY_KIND = {
         SHARDED_EVAL,
         SPMD_LOWERING,
         FUSION,
+        VALIDATION_SAMPLES,
     )
 }
 
@@ -108,11 +116,17 @@ register_eval = EVAL.register
 register_stablehlo = STABLEHLO.register
 register_sharded_eval = SHARDED_EVAL.register
 register_spmd_lowering = SPMD_LOWERING.register
+register_validation_samples = VALIDATION_SAMPLES.register
 
 
 def register_fusion_kind(cls: type, kind: Any) -> None:
     """Declare `cls`'s fusion role; a kind that depends on attributes registers a rule instead."""
     FUSION.register(cls)(lambda op: kind)
+
+
+def register_not_sampled(cls: type, reason: str) -> None:
+    """Declare that `cls` has no validator samples, and why (e.g. no operand state to vary)."""
+    VALIDATION_SAMPLES.register(cls)(lambda: reason)
 
 
 def registered(kind: str | Registry) -> tuple[type, ...]:

@@ -1,7 +1,7 @@
 """Every HIR op has every rule (DESIGN §2: "A coverage test asserts that every registered op has
 every rule"): a typeinfer rule, an access relation (or the explicit NO_AFFINE_RELATION marker), a
-reference kernel, a fusion kind, and at least one DSL surface name. Test-only ops (under
-`tests/`) are excluded.
+reference kernel, a fusion kind, at least one DSL surface name, and validator samples (or the reason
+it has none, via `register_not_sampled`). Test-only ops (under `tests/`) are excluded.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from tilefoundry.visitor_registry import (
     EVAL,
     FUSION,
     TYPEINFER,
+    VALIDATION_SAMPLES,
     surface_entry,
     surface_names,
 )
@@ -53,3 +54,6 @@ def test_op_has_every_rule(op_class):
     assert FUSION.has(op_class), f"{op_class.__name__}: no fusion kind"
     spelled = [n for n in surface_names() if surface_entry(n).op_class is op_class]
     assert spelled, f"{op_class.__name__}: no tf.<name> surface spelling"
+    assert VALIDATION_SAMPLES.has(op_class), (
+        f"{op_class.__name__}: no validation samples (or register_not_sampled reason)"
+    )

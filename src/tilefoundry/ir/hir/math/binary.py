@@ -27,7 +27,7 @@ from tilefoundry.ir.hir.op_support import (
     same_dtype,
     tensor_operands,
 )
-from tilefoundry.ir.types import DType, StorageKind, TensorType, bool_, f32
+from tilefoundry.ir.types import DType, StorageKind, TensorType, bool_, f32, i32
 from tilefoundry.visitor_registry import (
     FusionKind,
     register_access_relation,
@@ -36,8 +36,17 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
 from tilefoundry.visitor_registry.access_relation import elementwise_relations
+from tilefoundry.visitor_registry.validation_samples import (
+    BOOL,
+    GRID,
+    POSITIVE,
+    REAL,
+    Sample,
+    operand,
+)
 
 
 class BinaryKind(enum.Enum):
@@ -263,6 +272,34 @@ _SURFACE_NAMES = {
 for _name, _kind in _SURFACE_NAMES.items():
     register_surface(_name, Binary, kind=_kind)
 register_fusion_kind(Binary, FusionKind.ELEMENTWISE)
+
+
+def _kind_samples(kind: BinaryKind) -> list[Sample]:
+    """Values each kind is defined on (a positive divisor, ties for comparisons); the arithmetic
+    kinds also try the implicit broadcasts, whose rules differ from the same-shape case."""
+    op = Binary(kind=kind)
+    if kind in _LOGICAL:
+        bools = operand(4, 8, dtype=bool_, domain=BOOL)
+        return [Sample(op, (bools, bools), kind.value)]
+    if kind in _INTEGER_DIVISIONS:
+        divisor = operand(4, 8, dtype=i32, domain=POSITIVE)
+        return [Sample(op, (operand(4, 8, dtype=i32), divisor), kind.value)]
+    if kind in _COMPARISONS:
+        grid = operand(4, 8, domain=GRID)
+        return [Sample(op, (grid, grid), kind.value)]
+    rhs_domain = POSITIVE if kind == BinaryKind.DIV else REAL
+    ci_broadcast = kind in (BinaryKind.ADD, BinaryKind.MUL, BinaryKind.MAX)
+    rhs, row = operand(4, 8, domain=rhs_domain), operand(1, 8, domain=rhs_domain)
+    return [
+        Sample(op, (operand(4, 8), rhs), kind.value),
+        Sample(op, (operand(8), rhs), f"{kind.value} (8)+(4,8)", ci_broadcast),
+        Sample(op, (operand(4, 8), row), f"{kind.value} (4,8)+(1,8)", False),
+    ]
+
+
+register_validation_samples(Binary)(
+    lambda: [sample for kind in BinaryKind for sample in _kind_samples(kind)]
+)
 
 
 _STABLEHLO_OPS = {

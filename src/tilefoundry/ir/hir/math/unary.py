@@ -21,7 +21,7 @@ from tilefoundry.ir.hir.op_support import (
     result_storage,
     tensor_operands,
 )
-from tilefoundry.ir.types import DType, TensorType
+from tilefoundry.ir.types import DType, TensorType, bool_
 from tilefoundry.visitor_registry import (
     FusionKind,
     register_access_relation,
@@ -30,8 +30,10 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
 from tilefoundry.visitor_registry.access_relation import elementwise_relations
+from tilefoundry.visitor_registry.validation_samples import BOOL, POSITIVE, REAL, Sample, operand
 
 
 class UnaryKind(enum.Enum):
@@ -186,6 +188,22 @@ _SURFACE_NAMES = {
 for _name, _kind in _SURFACE_NAMES.items():
     register_surface(_name, Unary, kind=_kind)
 register_fusion_kind(Unary, FusionKind.ELEMENTWISE)
+
+
+_POSITIVE_DOMAIN = frozenset({UnaryKind.RSQRT, UnaryKind.LOG, UnaryKind.LOG2})
+
+
+@register_validation_samples(Unary)
+def _validation_samples() -> list[Sample]:
+    """One sample per kind, each on values inside the kind's domain."""
+    samples = []
+    for kind in UnaryKind:
+        if kind == UnaryKind.NOT:
+            x = operand(4, 8, dtype=bool_, domain=BOOL)
+        else:
+            x = operand(4, 8, domain=POSITIVE if kind in _POSITIVE_DOMAIN else REAL)
+        samples.append(Sample(Unary(kind=kind), (x,), kind.value))
+    return samples
 
 
 _STABLEHLO_OPS = {

@@ -16,6 +16,7 @@ sigmoid, which is the whole point of fusing it (hir §1.3 Silu).
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 
@@ -31,8 +32,10 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
 from tilefoundry.visitor_registry.access_relation import elementwise_relations
+from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 
 def _only_tanh(value: str) -> str:
@@ -141,6 +144,15 @@ register_fusion_kind(Sigmoid, FusionKind.ELEMENTWISE)
 register_fusion_kind(Tanh, FusionKind.ELEMENTWISE)
 register_fusion_kind(Gelu, FusionKind.ELEMENTWISE)
 register_fusion_kind(Silu, FusionKind.ELEMENTWISE)
+
+
+def _validation_samples(cls: type[Op]) -> list[Sample]:
+    op = cls()
+    return [Sample(op, (operand(4, 8),)), Sample(op, (operand(8, 4, 4),), "rank 3", False)]
+
+
+for _activation in (ReLU, Sigmoid, Tanh, Gelu, Silu):
+    register_validation_samples(_activation)(partial(_validation_samples, _activation))
 
 
 def _sigmoid_value(x: Value) -> Value:

@@ -59,12 +59,14 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
 from tilefoundry.visitor_registry.access_relation import (
     AccessRelations,
     AffineAccess,
     BoundaryRelation,
 )
+from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 
 def _pair(minimum: int):
@@ -264,6 +266,18 @@ def _eval(op, args, out_type):
 
 register_surface("conv2d", Conv2D)
 register_fusion_kind(Conv2D, FusionKind.CONTRACTION)
+
+
+@register_validation_samples(Conv2D)
+def _validation_samples() -> list[Sample]:
+    return [
+        Sample(
+            Conv2D(padding=(1, 1)),
+            (operand(4, 4, 8, 8), operand(4, 4, 3, 3), operand(4)),
+            "3x3 pad 1",
+        ),
+        Sample(Conv2D(), (operand(4, 4, 4, 4), operand(8, 4, 1, 1), operand(8)), "1x1", False),
+    ]
 
 
 @register_stablehlo(Conv2D)

@@ -50,8 +50,10 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
 from tilefoundry.visitor_registry.access_relation import broadcast_shapes, contraction_relations
+from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 
 class MatMul(Op):
@@ -167,6 +169,15 @@ def _eval(op, args, out_type):
 
 register_surface("matmul", MatMul)
 register_fusion_kind(MatMul, FusionKind.CONTRACTION)
+
+
+@register_validation_samples(MatMul)
+def _validation_samples() -> list[Sample]:
+    return [
+        Sample(MatMul(), (operand(4, 8), operand(8, 4))),
+        Sample(MatMul(), (operand(4, 4, 8), operand(4, 8, 4)), "batched"),
+        Sample(MatMul(), (operand(4, 4, 8), operand(8, 4)), "broadcast rhs", False),
+    ]
 
 
 def _dot(lhs: Value, rhs: Value, batch: int, contract: tuple[int, int], shape) -> Value:

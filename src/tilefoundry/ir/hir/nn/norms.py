@@ -44,10 +44,12 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
 from tilefoundry.visitor_registry.access_relation import (
     AccessRelations,
 )
+from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 # ---------------------------------------------------------------------------------------------
 # The ops
@@ -152,6 +154,11 @@ for _cls, _name in ((LayerNorm, "layer_norm"), (RMSNorm, "rms_norm")):
     register_surface(_name, _cls)
 register_fusion_kind(LayerNorm, FusionKind.REDUCTION)
 register_fusion_kind(RMSNorm, FusionKind.REDUCTION)
+
+register_validation_samples(LayerNorm)(
+    lambda: [Sample(LayerNorm(), (operand(4, 8), operand(8), operand(8)))]
+)
+register_validation_samples(RMSNorm)(lambda: [Sample(RMSNorm(), (operand(4, 8), operand(8)))])
 
 
 def _mean_last_value(values: Value) -> Value:

@@ -62,7 +62,9 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
+from tilefoundry.visitor_registry.validation_samples import Sample, index_operand, operand
 
 
 class RoPE(Op):
@@ -240,6 +242,12 @@ def _sharded_eval(op, args, call):
 
 register_surface("rope", RoPE)
 register_fusion_kind(RoPE, FusionKind.BARRIER)
+
+
+@register_validation_samples(RoPE)
+def _validation_samples() -> list[Sample]:
+    q, k, table = operand(4, 4, 8), operand(4, 4, 8), operand(8, 8)
+    return [Sample(RoPE(), (q, k, table, table, index_operand(4, bound=8)))]
 
 
 def _rotate_value(x: Value, cos: Value, sin: Value) -> Value:

@@ -32,7 +32,9 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
+from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 
 class SoftMax(Op):
@@ -89,6 +91,14 @@ def _eval(op, args, out_type):
 
 register_surface("softmax", SoftMax)
 register_fusion_kind(SoftMax, FusionKind.REDUCTION)
+
+
+@register_validation_samples(SoftMax)
+def _validation_samples() -> list[Sample]:
+    return [
+        Sample(SoftMax(axis=-1), (operand(4, 8),), "last axis"),
+        Sample(SoftMax(axis=0), (operand(4, 8),), "axis 0", False),
+    ]
 
 
 @register_stablehlo(SoftMax)

@@ -30,12 +30,20 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
 from tilefoundry.visitor_registry.access_relation import (
     AccessRelations,
     AffineAccess,
     BoundaryRelation,
     identity_access,
+)
+from tilefoundry.visitor_registry.validation_samples import (
+    Domain,
+    Operand,
+    Sample,
+    TupleOperand,
+    constant_operand,
 )
 
 _DIM = TensorType((), i64, None, StorageKind.UMAT)
@@ -141,6 +149,13 @@ register_surface("shape_extract", ShapeExtract)
 register_surface("shape_compose", ShapeCompose)
 register_fusion_kind(ShapeExtract, FusionKind.BARRIER)
 register_fusion_kind(ShapeCompose, FusionKind.BARRIER)
+
+register_validation_samples(ShapeCompose)(
+    lambda: [Sample(ShapeCompose(), (TupleOperand((constant_operand(4), constant_operand(8))),))]
+)
+register_validation_samples(ShapeExtract)(
+    lambda: [Sample(ShapeExtract(index=1), (Operand((4,), i64, Domain("constant", 4)),))]
+)
 
 
 @register_stablehlo(ShapeExtract)

@@ -32,6 +32,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_not_sampled,
     register_sharded_eval,
     register_spmd_lowering,
     register_stablehlo,
@@ -160,6 +161,11 @@ def _spmd_lowering(op: Local, operands, call):
 
 register_surface("local", Local)
 register_fusion_kind(Local, FusionKind.BARRIER)
+register_not_sampled(
+    Local,
+    "its result is each device's own shard by definition; there is no global value to "
+    "compare with the unsharded run",
+)
 
 
 @register_stablehlo(Local)

@@ -14,16 +14,28 @@ one: a replicated or split value has no per-device addends to reduce.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import mesh_axis_label, op_name, split_owners, tensor_operands
-from tilefoundry.ir.types import StorageKind, TensorType, normalize_dim, storage_level
+from tilefoundry.ir.types import (
+    StorageKind,
+    TensorType,
+    f32,
+    make_shard_tensor_type,
+    normalize_dim,
+    storage_level,
+)
 from tilefoundry.ir.types.shard import (
+    B,
     Dynamic,
     Layout,
+    Mesh,
     Partial,
+    S,
     ShardLayout,
     Split,
     per_instance_strides,
@@ -41,12 +53,14 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
 from tilefoundry.visitor_registry.access_relation import (
     AccessRelations,
     BoundaryRelation,
     identity_access,
 )
+from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 __all__ = ["Reshard", "needs_grid_fence"]
 
@@ -213,6 +227,26 @@ def _spmd_lowering(op: Reshard, operands, call):
 
 register_surface("reshard", Reshard)
 register_fusion_kind(Reshard, FusionKind.BARRIER)
+
+
+def _reshard_to(attrs_of: Callable[[Mesh], tuple]) -> Callable[[Mesh], Op]:
+    """Reshard's target is a layout on the mesh under test, so the op is built per mesh."""
+
+    def build(mesh: Mesh) -> Op:
+        target = make_shard_tensor_type((8, 8), f32, mesh=mesh, attrs=attrs_of(mesh))
+        return Reshard(layout=target.layout)
+
+    return build
+
+
+@register_validation_samples(Reshard)
+def _validation_samples() -> list[Sample]:
+    x = (operand(8, 8),)
+    return [
+        Sample(_reshard_to(lambda mesh: (B,) * mesh.rank), x, "to Broadcast"),
+        Sample(_reshard_to(lambda mesh: (S(0),) + (B,) * (mesh.rank - 1)), x, "to S0"),
+        Sample(_reshard_to(lambda mesh: (B,) * (mesh.rank - 1) + (S(1),)), x, "to S1"),
+    ]
 
 
 @register_stablehlo(Reshard)

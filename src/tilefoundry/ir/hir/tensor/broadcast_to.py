@@ -30,8 +30,10 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
 from tilefoundry.visitor_registry.access_relation import elementwise_relations
+from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 
 class BroadcastTo(Op):
@@ -83,6 +85,14 @@ def _eval(op: BroadcastTo, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("broadcast_to", BroadcastTo)
 register_fusion_kind(BroadcastTo, FusionKind.VIEW)
+
+
+@register_validation_samples(BroadcastTo)
+def _validation_samples() -> list[Sample]:
+    return [
+        Sample(BroadcastTo(shape=(4, 8)), (operand(8),), "(8)->(4,8)"),
+        Sample(BroadcastTo(shape=(4, 8)), (operand(1, 8),), "(1,8)->(4,8)"),
+    ]
 
 
 @register_stablehlo(BroadcastTo)

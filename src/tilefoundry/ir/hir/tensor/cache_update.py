@@ -33,7 +33,9 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
+from tilefoundry.visitor_registry.validation_samples import Sample, constant_operand, operand
 
 __all__ = ["CacheUpdate"]
 
@@ -155,6 +157,12 @@ def _sharded_eval(op: CacheUpdate, args, call):
 
 register_surface("cache_update", CacheUpdate)
 register_fusion_kind(CacheUpdate, FusionKind.BARRIER)
+
+
+@register_validation_samples(CacheUpdate)
+def _validation_samples() -> list[Sample]:
+    position, count = constant_operand(2, i32), constant_operand(2, i32)
+    return [Sample(CacheUpdate(), (operand(4, 8, 4, 4), position, count, operand(4, 2, 4, 4)))]
 
 
 @register_stablehlo(CacheUpdate)

@@ -38,8 +38,10 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
 from tilefoundry.visitor_registry.access_relation import elementwise_relations
+from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 EVALUATOR_DTYPES = (f32, f16, bf16, fp8e4m3, f8e8m0, i32, i64, bool_)
 """hir §1.3 Cast: the dtypes the reference evaluator can convert to."""
@@ -86,6 +88,15 @@ def _eval(op: Cast, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("cast", Cast)
 register_fusion_kind(Cast, FusionKind.ELEMENTWISE)
+
+
+@register_validation_samples(Cast)
+def _validation_samples() -> list[Sample]:
+    return [
+        Sample(Cast(dtype="f16"), (operand(4, 8),), "f32->f16"),
+        Sample(Cast(dtype="i32"), (operand(4, 8),), "f32->i32"),
+        Sample(Cast(dtype="f32"), (operand(4, 8, dtype=i32),), "i32->f32", False),
+    ]
 
 
 @register_stablehlo(Cast)

@@ -47,6 +47,7 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
 from tilefoundry.visitor_registry.access_relation import (
     AccessRelations,
@@ -55,6 +56,7 @@ from tilefoundry.visitor_registry.access_relation import (
     identity_access,
 )
 from tilefoundry.visitor_registry.shard_regroup import logical_axis_of
+from tilefoundry.visitor_registry.validation_samples import Sample, TupleOperand, operand
 
 
 class Concat(Op):
@@ -250,6 +252,20 @@ register_surface("concat", Concat)
 register_surface("stack", Stack)
 register_fusion_kind(Concat, FusionKind.BARRIER)
 register_fusion_kind(Stack, FusionKind.BARRIER)
+
+
+@register_validation_samples(Concat)
+def _concat_samples() -> list[Sample]:
+    values = (TupleOperand((operand(4, 8), operand(4, 8))),)
+    return [
+        Sample(Concat(axis=0), values, "axis 0"),
+        Sample(Concat(axis=1), values, "axis 1", False),
+    ]
+
+
+register_validation_samples(Stack)(
+    lambda: [Sample(Stack(axis=0), (TupleOperand((operand(4, 8), operand(4, 8))),))]
+)
 
 
 def _values(operands, arg_types, lw) -> list[Value]:

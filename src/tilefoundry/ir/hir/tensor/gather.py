@@ -51,8 +51,10 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
 from tilefoundry.visitor_registry.shard_regroup import logical_axis_of
+from tilefoundry.visitor_registry.validation_samples import Sample, index_operand, operand
 
 
 class Gather(Op):
@@ -263,6 +265,14 @@ def _sharded_eval(op: Gather, args, call):
 
 register_surface("gather", Gather)
 register_fusion_kind(Gather, FusionKind.BARRIER)
+
+
+@register_validation_samples(Gather)
+def _validation_samples() -> list[Sample]:
+    return [
+        Sample(Gather(axis=0), (operand(8, 4), index_operand(4, bound=8)), "axis 0"),
+        Sample(Gather(axis=1), (operand(4, 8), index_operand(4, 4, bound=8)), "axis 1", False),
+    ]
 
 
 @register_stablehlo(Gather)

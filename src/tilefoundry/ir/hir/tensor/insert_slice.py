@@ -41,8 +41,15 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
 from tilefoundry.visitor_registry.storage import anchor_storage
+from tilefoundry.visitor_registry.validation_samples import (
+    Sample,
+    TupleOperand,
+    constant_operand,
+    operand,
+)
 
 __all__ = ["InsertSlice", "check_write_sharding", "destination_storage"]
 
@@ -283,6 +290,12 @@ def _sharded_eval(op: InsertSlice, args, call):
 
 register_surface("insert_slice", InsertSlice)
 register_fusion_kind(InsertSlice, FusionKind.BARRIER)
+
+
+@register_validation_samples(InsertSlice)
+def _validation_samples() -> list[Sample]:
+    offsets = TupleOperand((constant_operand(4), constant_operand(0)))
+    return [Sample(InsertSlice(), (operand(8, 8), operand(4, 8), offsets))]
 
 
 @register_stablehlo(InsertSlice)

@@ -51,9 +51,11 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
 from tilefoundry.visitor_registry.access_relation import AccessRelations, reduction_relations
 from tilefoundry.visitor_registry.shard_regroup import logical_groups
+from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 __all__ = ["Reduce", "ReduceKind", "reduce_identity"]
 
@@ -302,6 +304,20 @@ def _spmd_lowering(op: Reduce, operands, call):
 
 register_surface("reduce", Reduce)
 register_fusion_kind(Reduce, FusionKind.REDUCTION)
+
+
+@register_validation_samples(Reduce)
+def _validation_samples() -> list[Sample]:
+    """Per kind, since each completes a Partial differently: one axis, keepdim, and all axes."""
+    x = (operand(4, 8),)
+    samples = []
+    for kind in ReduceKind:
+        samples += [
+            Sample(Reduce(axes=(1,), keepdim=False, kind=kind), x, f"{kind.value} axis 1"),
+            Sample(Reduce(axes=(0,), keepdim=True, kind=kind), x, f"{kind.value} axis 0"),
+            Sample(Reduce(axes=(0, 1), keepdim=False, kind=kind), x, "all axes", False),
+        ]
+    return samples
 
 
 _COMBINERS = {

@@ -38,6 +38,7 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
 from tilefoundry.visitor_registry.access_relation import (
     AccessRelations,
@@ -46,6 +47,7 @@ from tilefoundry.visitor_registry.access_relation import (
     linearized_view,
 )
 from tilefoundry.visitor_registry.shard_regroup import logical_groups
+from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 
 def _check_new_shape(value: object) -> tuple:
@@ -359,6 +361,15 @@ def _sharded_eval(op: Reshape, args, call):
 
 register_surface("reshape", Reshape)
 register_fusion_kind(Reshape, FusionKind.VIEW)
+
+
+@register_validation_samples(Reshape)
+def _validation_samples() -> list[Sample]:
+    return [
+        Sample(Reshape(new_shape=(32,)), (operand(4, 8),), "flatten"),
+        Sample(Reshape(new_shape=(4, 2, 4)), (operand(4, 8),), "split last"),
+        Sample(Reshape(new_shape=(8, 4)), (operand(4, 8),), "regroup", False),
+    ]
 
 
 @register_stablehlo(Reshape)

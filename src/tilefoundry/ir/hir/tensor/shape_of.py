@@ -26,6 +26,7 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
 from tilefoundry.visitor_registry.access_relation import (
     AccessRelations,
@@ -33,6 +34,7 @@ from tilefoundry.visitor_registry.access_relation import (
     BoundaryRelation,
     identity_access,
 )
+from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 
 class ShapeOf(Op):
@@ -111,6 +113,8 @@ register_surface("shape_of", ShapeOf)
 register_surface("rank", Rank)
 register_fusion_kind(ShapeOf, FusionKind.BARRIER)
 register_fusion_kind(Rank, FusionKind.BARRIER)
+register_validation_samples(ShapeOf)(lambda: [Sample(ShapeOf(), (operand(4, 8),))])
+register_validation_samples(Rank)(lambda: [Sample(Rank(), (operand(4, 8),))])
 
 
 @register_stablehlo(ShapeOf)

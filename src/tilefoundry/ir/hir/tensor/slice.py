@@ -42,6 +42,7 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
 from tilefoundry.visitor_registry.access_relation import (
     AccessRelations,
@@ -50,6 +51,7 @@ from tilefoundry.visitor_registry.access_relation import (
     identity_access,
 )
 from tilefoundry.visitor_registry.shard_regroup import logical_axis_of
+from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 
 def _check_indices(value: object) -> tuple:
@@ -204,6 +206,15 @@ def _eval(op: Slice, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("slice", Slice)
 register_fusion_kind(Slice, FusionKind.VIEW)
+
+
+@register_validation_samples(Slice)
+def _validation_samples() -> list[Sample]:
+    strided = Slice(begin=(0, 0), end=(8, 8), strides=(2, 1))
+    return [
+        Sample(Slice(begin=(0, 0), end=(4, 8)), (operand(8, 8),), "rows 0:4"),
+        Sample(strided, (operand(8, 8),), "stride 2", False),
+    ]
 
 
 @register_stablehlo(Slice)

@@ -48,12 +48,14 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
 from tilefoundry.visitor_registry.access_relation import (
     AccessRelations,
     AffineAccess,
     BoundaryRelation,
 )
+from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 __all__ = ["TopK"]
 
@@ -188,6 +190,7 @@ def _eval(op: TopK, args, out_type):
 
 register_surface("topk", TopK)
 register_fusion_kind(TopK, FusionKind.BARRIER)
+register_validation_samples(TopK)(lambda: [Sample(TopK(k=2, axis=-1), (operand(4, 8),))])
 
 
 def _sort_keys(x: Value) -> Value:

@@ -26,6 +26,7 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
 from tilefoundry.visitor_registry.access_relation import (
     AccessRelations,
@@ -33,6 +34,7 @@ from tilefoundry.visitor_registry.access_relation import (
     identity_access,
     permutation_access,
 )
+from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 
 class Transpose(Op):
@@ -88,6 +90,14 @@ def _eval(op: Transpose, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("transpose", Transpose)
 register_fusion_kind(Transpose, FusionKind.VIEW)
+
+
+@register_validation_samples(Transpose)
+def _validation_samples() -> list[Sample]:
+    return [
+        Sample(Transpose(perm=(1, 0)), (operand(4, 8),), "2-D"),
+        Sample(Transpose(perm=(2, 0, 1)), (operand(4, 4, 8),), "3-D"),
+    ]
 
 
 @register_stablehlo(Transpose)

@@ -21,7 +21,9 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
+from tilefoundry.visitor_registry.validation_samples import Sample, TupleOperand, operand
 
 
 class TupleGetItem(Op):
@@ -70,6 +72,15 @@ def _sharded_eval(op: TupleGetItem, args, call):
 
 register_surface("tuple_get_item", TupleGetItem)
 register_fusion_kind(TupleGetItem, FusionKind.BARRIER)
+
+
+@register_validation_samples(TupleGetItem)
+def _validation_samples() -> list[Sample]:
+    value = (TupleOperand((operand(4, 8), operand(8))),)
+    return [
+        Sample(TupleGetItem(index=0), value, "field 0"),
+        Sample(TupleGetItem(index=1), value, "field 1", False),
+    ]
 
 
 @register_stablehlo(TupleGetItem)

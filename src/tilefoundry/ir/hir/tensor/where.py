@@ -22,7 +22,7 @@ from tilefoundry.ir.hir.op_support import (
     same_dtype,
     tensor_operands,
 )
-from tilefoundry.ir.types import TensorType
+from tilefoundry.ir.types import TensorType, bool_
 from tilefoundry.visitor_registry import (
     FusionKind,
     register_access_relation,
@@ -31,8 +31,10 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_validation_samples,
 )
 from tilefoundry.visitor_registry.access_relation import elementwise_relations
+from tilefoundry.visitor_registry.validation_samples import BOOL, Sample, operand
 
 
 class Where(Op):
@@ -82,6 +84,15 @@ def _eval(op: Where, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("where", Where)
 register_fusion_kind(Where, FusionKind.ELEMENTWISE)
+
+
+@register_validation_samples(Where)
+def _validation_samples() -> list[Sample]:
+    x = operand(4, 8)
+    return [
+        Sample(Where(), (operand(4, 8, dtype=bool_, domain=BOOL), x, x)),
+        Sample(Where(), (operand(8, dtype=bool_, domain=BOOL), x, x), "cond (8)", False),
+    ]
 
 
 @register_stablehlo(Where)

@@ -17,6 +17,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_not_sampled,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -75,6 +76,7 @@ def _eval(op: Zeros, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("zeros", Zeros)
 register_fusion_kind(Zeros, FusionKind.BARRIER)
+register_not_sampled(Zeros, "it has no operand, so there is no input state to vary")
 
 
 @register_stablehlo(Zeros)
