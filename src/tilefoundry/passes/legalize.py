@@ -24,11 +24,15 @@ from typing import Any
 
 from tilefoundry.errors import InternalCompilerError
 from tilefoundry.ir.core import Call, Constant, Expr, SourceSpan, get_metadata
-from tilefoundry.ir.hir.tensor import BroadcastTo
 from tilefoundry.ir.types import DType, StorageKind, TensorType
 from tilefoundry.passes.fusion_rules import fusion_kind, is_inlined_literal
 from tilefoundry.passes.graph import Rebuilder, copy_call
-from tilefoundry.visitor_registry import ACCESS_RELATION, FusionKind, TypeInferContext
+from tilefoundry.visitor_registry import (
+    ACCESS_RELATION,
+    FusionKind,
+    TypeInferContext,
+    surface_entry,
+)
 from tilefoundry.visitor_registry.access_relation import identity_access
 
 
@@ -79,7 +83,7 @@ def _legalize_call(call: Call, args: tuple[Expr, ...], ctx: TypeInferContext) ->
     span = get_metadata(call, SourceSpan)
     for i in broadcasts:
         widened = Call(
-            BroadcastTo(shape=call.type.shape),
+            explicit_broadcast(call.type.shape),
             (new_args[i],),
             metadata=() if span is None else (span,),
         )
@@ -97,3 +101,12 @@ def _legalize_call(call: Call, args: tuple[Expr, ...], ctx: TypeInferContext) ->
 def legalize(obj: Any) -> Any:
     """The Function or Module with every implicit broadcast and scalar adoption made explicit."""
     return Rebuilder(_legalize_call).module_or_function(obj)
+
+
+def explicit_broadcast(shape: tuple) -> Any:
+    """The op `tf.broadcast_to` names, found through the surface registry so this pass, like
+    every engine, depends on registries rather than on an op module (DESIGN §2)."""
+    entry = surface_entry("broadcast_to")
+    if entry is None:
+        raise InternalCompilerError("legalize: no op is registered as tf.broadcast_to")
+    return entry.op_class(shape=shape, **entry.fixed)
