@@ -207,6 +207,21 @@ def mean_square_plain(x: Tensor[(16, 32), "f32"]):
     return tf.reduce(x * x, axes=(0, 1), keepdim=False, kind="mean")
 
 
+# ---- top-k per row of a row-split tensor: the selected axis is whole on every device ------------
+
+
+@func
+def sharded_topk(x: Tensor[(16 @ DP.dp, 8), "f32"]):
+    values, _indices = tf.topk(x, 2)
+    return values
+
+
+@func
+def topk_plain(x: Tensor[(16, 8), "f32"]):
+    values, _indices = tf.topk(x, 2)
+    return values
+
+
 PROGRAMS = {
     "dp_mlp": Program(dp_mlp, dp_mlp_plain, 8, ()),
     "megatron_mlp": Program(megatron_mlp, megatron_mlp_plain, 8, (("all_reduce", "Reshard"),)),
@@ -232,4 +247,5 @@ PROGRAMS = {
         (("all_reduce", "Reduce"), ("all_reduce", "Reduce"), ("all_reduce", "Reduce")),
     ),
     "dp_mean_square": Program(dp_mean_square, mean_square_plain, 8, (("all_reduce", "Reduce"),)),
+    "sharded_topk": Program(sharded_topk, topk_plain, 8, ()),
 }

@@ -18,6 +18,7 @@ from tilefoundry.visitor_registry import (
     register_eval,
     register_fusion_kind,
     register_sharded_eval,
+    register_spmd_lowering,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -67,6 +68,13 @@ def _eval(op: TupleGetItem, args, out_type: Type):
 def _sharded_eval(op: TupleGetItem, args, call):
     """Projection moves no data: each field keeps its own per-device placement."""
     (value,) = args
+    return value[field_index(op, len(value))]
+
+
+@register_spmd_lowering(TupleGetItem)
+def _spmd_lowering(op: TupleGetItem, operands, call):
+    """On devices too a projection picks the field's per-device value; nothing moves."""
+    (value,) = operands
     return value[field_index(op, len(value))]
 
 
