@@ -15,6 +15,7 @@ from typing import Any
 from tilefoundry.inspect.report_layout import STEM, Box, enclosing, layered_layout, node_width
 from tilefoundry.inspect.shard_view import (
     axis_states,
+    is_reshard,
     operation_name,
     reshard_collectives,
     shape_text,
@@ -23,7 +24,6 @@ from tilefoundry.inspect.shard_view import (
 )
 from tilefoundry.ir.core import Call, Constant, Expr, Var, binding_name, source_span
 from tilefoundry.ir.hir import Function, FusionRegion
-from tilefoundry.ir.hir.sharding import Reshard
 from tilefoundry.ir.hir.walk import block_operands
 from tilefoundry.passes.graph import post_order
 
@@ -93,7 +93,7 @@ class _GraphBuilder:
         span = source_span(call)
         collectives: tuple[str, ...] = ()
         kind = "loop" if name == "loop" else "op"
-        if isinstance(call, Call) and isinstance(call.target, Reshard):
+        if isinstance(call, Call) and is_reshard(call.target):
             kind = "reshard"
             collectives = tuple(reshard_collectives(call.args[0].type, call.type))
         title = binding or name

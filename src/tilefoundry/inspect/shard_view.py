@@ -16,12 +16,12 @@ from typing import Any
 from tilefoundry.inspect.printer import op_mnemonic
 from tilefoundry.ir.core import Call, Constant, Expr, Var, binding_name, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
-from tilefoundry.ir.hir.sharding import Reshard
 from tilefoundry.ir.hir.walk import block_operands
 from tilefoundry.ir.types import TensorType, format_dim, is_static
 from tilefoundry.ir.types.shard import Broadcast, Partial, ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten
 from tilefoundry.passes.graph import post_order
+from tilefoundry.visitor_registry import surface_entry
 
 
 def axis_names(layout: ShardLayout) -> tuple[str, ...]:
@@ -201,7 +201,7 @@ def value_rows(fn: Function) -> list[ValueRow]:
         type_ = expr.type
         sharded = isinstance(type_, TensorType) and isinstance(type_.layout, ShardLayout)
         collectives: list[str] = []
-        if isinstance(expr, Call) and isinstance(expr.target, Reshard):
+        if isinstance(expr, Call) and is_reshard(expr.target):
             collectives = reshard_collectives(expr.args[0].type, type_)
         op = "param" if isinstance(expr, Var) else operation_name(expr)
         rows.append(
@@ -216,3 +216,10 @@ def value_rows(fn: Function) -> list[ValueRow]:
             )
         )
     return rows
+
+
+def is_reshard(target: Any) -> bool:
+    """Whether a call target is the op `tf.reshard` names: found through the surface registry,
+    so the inspector, like every engine, reads registries rather than op modules (DESIGN §2)."""
+    entry = surface_entry("reshard")
+    return entry is not None and type(target) is entry.op_class
