@@ -98,6 +98,7 @@ def test_dimvar_conflict_is_an_eval_error():
         evaluate(f, rand(5, 3), rand(4, 3))
 
 
+# hir §1.1 Envelope coverage: a DimVar(name, lo, hi) envelope is half-open [lo, hi)
 def test_dimvar_outside_envelope_is_an_eval_error():
     f = function_of({"a": t((S,))}, lambda a: a)
     with pytest.raises(EvalError, match=r"S=70 lies outside its envelope \[0, 64\)"):
@@ -120,6 +121,7 @@ def _dispatch_base():
     return base
 
 
+# hir §1.1 Dispatch resolution: the variant whose DimVarRangePat matches the concrete shapes
 def test_dispatch_selects_the_matching_variant():
     base = _dispatch_base()
     small, large = rand(4), rand(9)
@@ -127,6 +129,7 @@ def test_dispatch_selects_the_matching_variant():
     np.testing.assert_allclose(evaluate(base, large), large * large)
 
 
+# hir §1.1 Dispatch resolution: a shape outside the envelope matches no variant and is an error
 def test_dispatch_outside_every_variant_is_an_eval_error():
     with pytest.raises(EvalError, match="outside its envelope"):
         evaluate(_dispatch_base(), rand(40))
@@ -149,11 +152,13 @@ def _loop_fn(extent, *, step=1, start=0, carries=1):
     return function_of({"a": t((S,))}, build)
 
 
+# hir §1.2: a ShapeDim start/extent/step is resolved by the evaluator against the argument shapes
 def test_loop_accumulates_with_symbolic_extent():
     a = rand(4)
     np.testing.assert_allclose(evaluate(_loop_fn(S, step=2), a), a * 3)
 
 
+# hir §1.2: "An unbound DimVar MUST raise."
 def test_loop_with_unbound_extent_dimvar_is_an_eval_error():
     k = DimVar("K", 0, 8)
     f = function_of(
@@ -164,16 +169,19 @@ def test_loop_with_unbound_extent_dimvar_is_an_eval_error():
         evaluate(f, rand(4))
 
 
+# hir §1.2: the resolved start and extent MUST be non-negative integers
 def test_loop_with_negative_extent_is_an_eval_error():
     with pytest.raises(EvalError, match=r"non-negative.*extent=-6"):
         evaluate(_loop_fn(S - 10), rand(4))
 
 
+# hir §1.2: the resolved step MUST be a positive integer; otherwise resolution MUST raise
 def test_loop_with_zero_step_is_an_eval_error():
     with pytest.raises(EvalError, match="step must be positive, got 0"):
         evaluate(_loop_fn(S, step=S - 4), rand(4))
 
 
+# hir §1.2 Carry-out: the first-iteration value of each phi is its init; no iteration keeps it
 def test_empty_loop_domain_returns_the_init_values():
     a = rand(3)
     np.testing.assert_array_equal(evaluate(_loop_fn(S, start=5), a), a)
@@ -246,6 +254,7 @@ def test_function_call_evaluates_the_callee_with_the_arguments():
     np.testing.assert_allclose(evaluate(f, a, b), a * a + b * b, rtol=1e-6)
 
 
+# hir §1.1: a Call whose target is a dispatch prototype selects the matching variant
 def test_call_of_a_dispatch_base_selects_per_call():
     base = _dispatch_base()
     n = DimVar("N", 1, 32)
@@ -257,6 +266,7 @@ def test_call_of_a_dispatch_base_selects_per_call():
 # -- layouts and dtypes ---------------------------------------------------------------------------
 
 
+# SFEP-0053 §3.7: the scalar oracle honours the physical layout when it computes addresses
 def test_column_major_parameter_equals_row_major():
     col = Layout((3, 4), (1, 3))
     row = function_of({"a": t((3, 4)), "b": t((4, 2))}, lambda a, b: call(MatMul(), a, b))
@@ -292,6 +302,7 @@ def test_cast_to_fp8_is_supported():
     np.testing.assert_array_equal(result.astype(np.float32), a)
 
 
+# hir §1.3 Cast: evaluating a Cast to a dtype outside the evaluator's set (e.g. f4e2m1) raises
 def test_cast_to_f4e2m1_fails_closed():
     f = function_of({"a": t((4,), i32)}, lambda a: call(Cast(dtype=f4e2m1), a))
     with pytest.raises(UnsupportedError, match="Cast: dtype f4e2m1 is not supported"):

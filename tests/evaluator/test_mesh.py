@@ -65,6 +65,8 @@ def close(actual, expected):
 # -- elementwise -----------------------------------------------------------------------------------
 
 
+# DESIGN §4.12: a replicated input is sliced locally, never communicated, which is why
+# `(8,) Split(0) + (4,8)` is legal
 def test_split_vector_plus_replicated_matrix():
     f = function_of({"v": sh((8,), S(0)), "m": plain((4, 8))}, lambda v, m: call(ADD, v, m))
     v, m = rand(8), rand(4, 8, seed=1)
@@ -134,6 +136,7 @@ def test_matmul_k_split_on_both_sides_then_reshard_to_broadcast():
     close(evaluate(f, a, b), a @ b)
 
 
+# DESIGN §4.12 and hir §1.3 nn MatMul: a K-split lhs times a replicated rhs is Partial(sum)
 def test_k_split_lhs_times_replicated_rhs_is_partial():
     f = function_of({"a": sh((3, 8), S(1)), "b": plain((8, 5))}, lambda a, b: call(MatMul(), a, b))
     a, b = rand(3, 8), rand(8, 5, seed=1)
@@ -155,6 +158,8 @@ def test_megatron_mlp():
 # -- reductions ------------------------------------------------------------------------------------
 
 
+# DESIGN §4.12: a Reduce over a Split axis declares a complete effect (Broadcast), so it
+# all-reduces; hir §1.3 Reduce: split positions of reduced axes collapse to Broadcast
 @pytest.mark.parametrize(
     ("kind", "reference"),
     [(ReduceKind.SUM, np.sum), (ReduceKind.MEAN, np.mean), (ReduceKind.MAX, np.max)],

@@ -34,6 +34,7 @@ def shape_value(rank, storage="umat", dtype=i64):
 
 
 # (id, index, shape operand, expected type | error regex)
+# hir §1.3 ShapeExtract: "The result is the dimension at index."
 EXTRACT = [
     # hir ShapeExtract: the result is the dimension at index (a rank-0 i64 dim)
     ("first", 0, shape_value(3), DIM),
@@ -70,6 +71,7 @@ def scalar(dtype=i64, storage="umat"):
 
 
 # (id, dims tuple, expected type | error regex)
+# hir §1.3 ShapeCompose: "The result is a shape value assembled in input order."
 COMPOSE = [
     # hir ShapeCompose: a shape value assembled in input order (rank-1 i64 umat)
     ("three dims", TupleType((scalar(),) * 3), shape_value(3)),

@@ -30,6 +30,8 @@ def umat(shape):
 
 
 # (id, operand, ShapeOf type, Rank type)
+# ShapeOf / Rank are consensus ops (DESIGN §3): they read shapes, never values, so sharding
+# and pending Partials do not matter (types §2: shape elements are umat)
 CASES = [
     ("matrix", make_tensor_type((16, 8), f32), umat((2,)), umat(())),
     ("scalar", make_tensor_type((), bf16, "rmem"), umat((0,)), umat(())),

@@ -34,6 +34,8 @@ def op(begin, end, strides=None, squeeze_axes=()):
 
 
 # (id, op, operand, expected type | error regex)
+# hir §1.3 math: a sub-tensor is written as a subscript (x[:, :, j:j + 1]), which resolves to
+# slice(x, begin=, end=, strides=); Slice is a consensus op (numpy semantics, DESIGN §3)
 CASES = [
     # numpy: extent = len(range(*slice(b, e, s).indices(n)))
     ("window", op((2,), (6,)), plain((16, 8)), plain((4, 8))),
