@@ -86,8 +86,7 @@ NUMERIC = (*SIGNED, *UNSIGNED, *FLOATS)
 WIDE_FLOATS = (f32, f64, bf16, f16)
 
 
-def t(shape, dtype=f32, storage="gmem"):
-    return make_tensor_type(shape, dtype, storage=storage)
+t = make_tensor_type  # the shorthand the case tables use
 
 
 def data(shape, dtype: DType, seed: int = 0, nonzero: bool = False) -> np.ndarray:

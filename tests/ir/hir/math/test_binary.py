@@ -32,8 +32,7 @@ M = DimVar("M", 1, 64)
 SUM, MAX, MIN = Partial("sum"), Partial("max"), Partial("min")
 
 
-def t(shape, dtype=f32, storage="gmem"):
-    return make_tensor_type(shape, dtype, storage)
+t = make_tensor_type  # the shorthand the case tables use
 
 
 def scalar(dtype=f32):

@@ -31,8 +31,7 @@ N = DimVar("N", 1, 64)
 SUM, MAX, MIN = Partial("sum"), Partial("max"), Partial("min")
 
 
-def t(shape, dtype=f32, storage="gmem"):
-    return make_tensor_type(shape, dtype, storage)
+t = make_tensor_type  # the shorthand the case tables use
 
 
 def sx(shape, *attrs, dtype=f32):

@@ -31,8 +31,7 @@ B_ = Broadcast()
 PSUM = Partial("sum")
 
 
-def t(shape, dtype=f32, storage="gmem"):
-    return make_tensor_type(shape, dtype, storage)
+t = make_tensor_type  # the shorthand the case tables use
 
 
 def s(shape, *attrs, mesh=None):

@@ -35,8 +35,7 @@ K = (2, 4, 16, 64)
 CACHE = (128, 64)
 
 
-def t(shape, dtype=f32, storage="gmem"):
-    return make_tensor_type(shape, dtype, storage)
+t = make_tensor_type  # the shorthand the case tables use
 
 
 def s(shape, *attrs, dtype=f32):

@@ -33,8 +33,7 @@ N = DimVar("N", 1, 64)
 OP = Local()
 
 
-def t(shape, dtype=f32, storage="gmem", layout=None):
-    return make_tensor_type(shape, dtype, storage, layout)
+t = make_tensor_type  # the shorthand the case tables use
 
 
 def sharded(shape, mesh, *attrs, dtype=f32, storage="gmem"):

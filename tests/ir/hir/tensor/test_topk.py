@@ -31,8 +31,7 @@ BATCH = DimVar("BATCH", 1, 8)
 OTHER = DimVar("OTHER", 1, 8)
 
 
-def t(shape, dtype=f32, storage="gmem", layout=None):
-    return make_tensor_type(shape, dtype, storage, layout)
+t = make_tensor_type  # the shorthand the case tables use
 
 
 def pair(shape, dtype=f32, storage="gmem", layout=None):

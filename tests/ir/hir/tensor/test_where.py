@@ -26,8 +26,7 @@ XY = make_mesh((2, 4), ("x", "y"))
 SUM, MAX, MIN = Partial("sum"), Partial("max"), Partial("min")
 
 
-def t(shape, dtype=f32, storage="gmem"):
-    return make_tensor_type(shape, dtype, storage)
+t = make_tensor_type  # the shorthand the case tables use
 
 
 def cond(shape, storage="gmem"):
