@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tilefoundry.errors import UnsupportedError
-from tilefoundry.evaluator.values import mesh_label, split_axes
+from tilefoundry.evaluator.values import mesh_label
 from tilefoundry.ir.hir.math.binary import Binary, BinaryKind
 from tilefoundry.ir.hir.nn.matmul import MatMul
 from tilefoundry.ir.hir.tensor.slice import Slice
@@ -26,7 +26,7 @@ from tilefoundry.visitor_registry.block_plan import (
 )
 
 MESH = make_mesh((4,), ("x",))
-ENGINE = Engine("the test", "SHARDED_EVAL", "a", ("sum",), split_axes, mesh_label)
+ENGINE = Engine("the test", "SHARDED_EVAL", "a", ("sum",), mesh_label)
 
 
 def sh(shape, *attrs):

@@ -22,18 +22,19 @@ from tilefoundry.errors import UnsupportedError
 from tilefoundry.evaluator.collectives import Coord, all_reduce
 from tilefoundry.evaluator.resharding import local_view, redistribute
 from tilefoundry.evaluator.values import (
+    EVALUATOR,
     MeshValue,
     block_range,
     block_slices,
     devices,
     mesh_label,
-    split_axes,
 )
 from tilefoundry.ir.core import Op
 from tilefoundry.ir.types import TupleType, Type
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
 from tilefoundry.visitor_registry import EVAL, SHARDED_EVAL
 from tilefoundry.visitor_registry.block_plan import ArgView, BlockPlan, Engine, Kind
+from tilefoundry.visitor_registry.shard_reading import canonical_splits
 
 
 def _leaves(value: Any) -> list[Any]:
@@ -122,7 +123,7 @@ class ShardedCall:
         value = self.args[arg_index]
         if not (isinstance(value, MeshValue) and value.sharded):
             return {}
-        return split_axes(value.type, self.where)
+        return canonical_splits(value.type, self.where, EVALUATOR)
 
     def shard(self, value: Any, coord: Coord) -> Any:
         """What `coord` holds of `value`: its shard, or the value itself when it is global."""
@@ -147,7 +148,7 @@ class ShardedCall:
         value = self.args[arg_index]
         if not (isinstance(value, MeshValue) and value.sharded):
             return 0, int(np.shape(value)[logical_axis])
-        axes = split_axes(value.type, self.where).get(logical_axis)
+        axes = canonical_splits(value.type, self.where, EVALUATOR).get(logical_axis)
         if axes is None:
             return 0, value.shape[logical_axis]
         return block_range(value.shape[logical_axis], self.mesh, axes, coord, self.where)
@@ -169,7 +170,7 @@ class ShardedCall:
         Split there means (Gather's gathered axis). A Partial is an addend, used as it is.
         """
         out_type, out_shape = self.out_fields[0], self.out_shapes[0]
-        out_splits = split_axes(out_type, self.where) if _is_sharded(out_type) else {}
+        out_splits = canonical_splits(out_type, self.where, EVALUATOR)
         if isinstance(value, MeshValue) and not value.sharded:
             if out_splits:
                 raise UnsupportedError(
@@ -177,7 +178,9 @@ class ShardedCall:
                     "result; reshard the sharded value instead"
                 )
             return value.shards[coord]
-        held = split_axes(value.type, self.where) if isinstance(value, MeshValue) else {}
+        held = {}
+        if isinstance(value, MeshValue):
+            held = canonical_splits(value.type, self.where, EVALUATOR)
         index: list[slice] = []
         for axis, out_axis in enumerate(axes):
             have = held.get(axis, ())
@@ -253,11 +256,10 @@ def _view(value: Any) -> ArgView:
 
 
 _ENGINE = Engine(
-    name="the reference evaluator",
+    name=EVALUATOR,
     rule="SHARDED_EVAL",
     article="a",
     combiners=("sum", "mean", "max", "min"),
-    splits=split_axes,
     label=mesh_label,
 )
 

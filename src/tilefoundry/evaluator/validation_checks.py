@@ -24,11 +24,12 @@ from tilefoundry.evaluator.validation_inputs import (
     place,
     sign_flipped,
 )
-from tilefoundry.evaluator.values import MeshValue, gather, same_values, split_axes
+from tilefoundry.evaluator.values import EVALUATOR, MeshValue, gather, same_values
 from tilefoundry.ir.types import TupleType, Type, make_shard_tensor_type
 from tilefoundry.ir.types import make_tensor_type as plain_type
 from tilefoundry.ir.types.shard import B, Mesh, P, ShardLayout, Split, make_mesh
 from tilefoundry.visitor_registry import typeinfer_call
+from tilefoundry.visitor_registry.shard_reading import canonical_splits
 from tilefoundry.visitor_registry.validation_samples import Operand, Sample
 
 REDUCTIONS = ("sum", "max", "min")
@@ -161,7 +162,8 @@ def type_state(type_: Type) -> str:
     if not isinstance(getattr(type_, "layout", None), ShardLayout):
         return "plain"
     try:
-        logical = {m: axis for axis, ms in split_axes(type_, "validator").items() for m in ms}
+        splits = canonical_splits(type_, "validator", EVALUATOR)
+        logical = {m: axis for axis, ms in splits.items() for m in ms}
     except VerifyError:
         return str(type_.layout.attrs)
     attrs = type_.layout.attrs

@@ -3,8 +3,9 @@
 DESIGN §4.12: a value whose type carries a ShardLayout is held per device (Split: the device's
 block; Broadcast: a full replica; Partial: an addend). Only canonical layouts are simulated, where
 the Splits of a logical axis are its outermost factors, so each device holds one contiguous block;
-any other factorisation is refused rather than guessed. Coordinates enumerate the mesh row-major,
-which is the device order of the XLA exit (DESIGN §4.13).
+any other factorisation is refused rather than guessed (`shard_reading.canonical_splits`, the one
+reading the SPMD exit shares). Coordinates enumerate the mesh row-major, which is the device order
+of the XLA exit (DESIGN §4.13).
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ import numpy as np
 from tilefoundry.errors import EvalError, UnsupportedError
 from tilefoundry.evaluator.collectives import Coord, all_reduce, partial_addends
 from tilefoundry.ir.types import TensorType
-from tilefoundry.ir.types.shard import Layout, Mesh, Partial, ShardLayout, Split
-from tilefoundry.ir.types.shard.int_tuple import flatten, is_int
-from tilefoundry.visitor_registry.shard_regroup import logical_groups
+from tilefoundry.ir.types.shard import Mesh, Partial, ShardLayout
+from tilefoundry.ir.types.shard.int_tuple import is_int
+from tilefoundry.visitor_registry.shard_reading import canonical_splits
+
+EVALUATOR = "the reference evaluator"
+"""How the evaluator names itself where a shared reader (canonical_splits, the block plan)
+refuses, so the message says which engine cannot run the program."""
 
 
 @dataclass
@@ -52,39 +57,6 @@ def devices(mesh: Mesh) -> list[Coord]:
     return list(cartesian(*(range(extent) for extent in mesh.shape)))
 
 
-def split_axes(type_: TensorType, where: str) -> dict[int, tuple[int, ...]]:
-    """Logical axis -> the mesh axes splitting it, outermost first; non-canonical fails closed."""
-    layout = type_.layout
-    if not isinstance(layout.layout, Layout):
-        raise UnsupportedError(
-            f"{where}: the ShardLayout over {type(layout.layout).__name__} {layout.layout} has no "
-            "block reading in the reference evaluator; reshard to a canonical layout first"
-        )
-    positions = flatten(layout.layout.shape)
-    groups = logical_groups(tuple(type_.shape), positions)
-    by_position = {a.axis: m for m, a in enumerate(layout.attrs) if isinstance(a, Split)}
-    result: dict[int, tuple[int, ...]] = {}
-    for logical_axis, group in enumerate(groups):
-        split = [p for p in group or () if p in by_position]
-        if split and list(group[: len(split)]) != split:
-            raise _non_canonical(where, type_, by_position[split[0]])
-        if split:
-            result[logical_axis] = tuple(by_position[p] for p in split)
-    claimed = {m for axes in result.values() for m in axes}
-    for mesh_axis in set(by_position.values()) - claimed:
-        raise _non_canonical(where, type_, mesh_axis)
-    return result
-
-
-def _non_canonical(where: str, type_: TensorType, mesh_axis: int) -> UnsupportedError:
-    return UnsupportedError(
-        f"{where}: {mesh_label(type_.layout.mesh, mesh_axis)} splits an inner factor of "
-        f"{type_.layout.layout} for logical shape {list(type_.shape)}; the reference evaluator "
-        "simulates only canonical layouts (each Split the outermost factor of its logical axis): "
-        "reshard to the canonical layout first"
-    )
-
-
 def block_count(mesh: Mesh, mesh_axes: tuple[int, ...]) -> int:
     return prod(mesh.shape[a] for a in mesh_axes)
 
@@ -114,7 +86,7 @@ def block_slices(
 ) -> tuple[slice, ...]:
     """The global index of `coord`'s block of a ShardLayout value of concrete `shape`."""
     mesh = type_.layout.mesh
-    splits = split_axes(type_, where)
+    splits = canonical_splits(type_, where, EVALUATOR)
     slices = []
     for axis, extent in enumerate(shape):
         if axis in splits:

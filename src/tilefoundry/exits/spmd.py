@@ -29,11 +29,10 @@ from tilefoundry.exits.mlir_text import dense_literal
 from tilefoundry.exits.spmd_call import Operand, SpmdCall, check_local, leaves
 from tilefoundry.exits.spmd_collectives import Collective, DeviceBody, Shard
 from tilefoundry.exits.spmd_mesh import (
+    EXIT,
     axis_names,
     check_device_mesh,
     local_shape,
-    logical_splits,
-    partial_axes,
     sdy_sharding,
 )
 from tilefoundry.exits.stablehlo import STABLEHLO_TARGET_VERSION, VERSION_ATTRIBUTE
@@ -45,6 +44,7 @@ from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.ir.types import TensorType, TupleType, Type
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
 from tilefoundry.visitor_registry import SHARDED_EVAL, SPMD_LOWERING
+from tilefoundry.visitor_registry.shard_reading import canonical_splits, pending_partials
 
 __all__ = ["SpmdModule", "collective_report", "emit_spmd", "format_collective_report", "lower_spmd"]
 
@@ -155,12 +155,12 @@ class _Emitter:
         name = self.lw.op(
             f"stablehlo.constant {dense_literal(node.value, type_.dtype)} : {self.lw.type(plain)}"
         )
-        if partial_axes(type_):
+        if pending_partials(type_):
             raise UnsupportedError(
                 "SPMD exit: a constant typed Partial has no addends to place; make it Broadcast"
             )
         return self.body.take_blocks(
-            Shard(name, type_, plain), logical_splits(type_, "Constant"), type_
+            Shard(name, type_, plain), canonical_splits(type_, "Constant", EXIT), type_
         )
 
     def lower_op(self, node: Call, args: tuple[Operand, ...]) -> Operand:
@@ -194,7 +194,7 @@ def _signature_type(
     type_: TensorType, lw: Lowering, mesh: Mesh, what: str, remedy: str
 ) -> tuple[str, str]:
     """(global tensor type, sdy sharding) of a parameter or result."""
-    for mesh_axis, reduction in partial_axes(type_).items():
+    for mesh_axis, reduction in pending_partials(type_).items():
         raise UnsupportedError(
             f"SPMD exit: {what} is Partial({reduction}) on {mesh_axis_label(mesh, mesh_axis)}; "
             f"a pending reduction has no global value at the program boundary; {remedy}"

@@ -19,7 +19,7 @@ from tilefoundry.errors import InternalCompilerError, UnsupportedError
 from tilefoundry.exits.lowering import Lowering
 from tilefoundry.exits.lowering_values import Value
 from tilefoundry.exits.spmd_collectives import DeviceBody, Shard
-from tilefoundry.exits.spmd_mesh import logical_splits
+from tilefoundry.exits.spmd_mesh import EXIT
 from tilefoundry.ir.core import Op
 from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.types import TupleType, Type
@@ -112,11 +112,10 @@ def _view(value: Operand, lw: Lowering) -> ArgView:
 
 
 _ENGINE = Engine(
-    name="the SPMD exit",
+    name=EXIT,
     rule="SPMD_LOWERING",
     article="an",
     combiners=("sum", "max", "min"),
-    splits=logical_splits,
     label=mesh_axis_label,
 )
 

@@ -6,7 +6,8 @@ device with mesh coordinate `c` is partition `crd2idx(c, shape, C-order strides)
 written here. A value's block on a device is what the reference evaluator gives it
 (`evaluator.values`): each Split logical axis is cut into equal contiguous blocks numbered
 mixed-radix over its mesh axes, outermost first, so only canonical layouts (each Split an
-outermost factor of its logical axis) have a block reading, and others fail closed.
+outermost factor of its logical axis) have a block reading, and others fail closed; both read it
+through `visitor_registry.shard_reading.canonical_splits`.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from collections.abc import Sequence
 from itertools import product as cartesian
 from math import prod
 
-from tilefoundry.errors import UnsupportedError, VerifyError
-from tilefoundry.ir.hir.op_support import mesh_axis_label, split_owners
+from tilefoundry.errors import UnsupportedError
 from tilefoundry.ir.types import TensorType
-from tilefoundry.ir.types.shard import Layout, Mesh, Partial, ShardLayout
+from tilefoundry.ir.types.shard import Layout, Mesh
 from tilefoundry.ir.types.shard.int_tuple import is_int
 from tilefoundry.ir.types.shard.mesh import c_order_strides
+from tilefoundry.visitor_registry.shard_reading import canonical_splits
+
+EXIT = "the SPMD exit"
+"""How this exit names itself when a shared reader (canonical_splits, the plans) refuses."""
 
 
 def check_device_mesh(mesh: Mesh, where: str) -> None:
@@ -51,43 +55,11 @@ def axis_names(mesh: Mesh) -> tuple[str, ...]:
     return tuple(mesh.names) if mesh.names else tuple(f"a{i}" for i in range(mesh.rank))
 
 
-def logical_splits(type_: TensorType, where: str) -> dict[int, tuple[int, ...]]:
-    """Logical axis -> the mesh axes splitting it, outermost block first."""
-    layout = type_.layout
-    if not isinstance(layout, ShardLayout):
-        return {}
-    try:
-        owners = split_owners(where, type_)
-    except VerifyError as err:
-        raise UnsupportedError(err.message) from None
-    by_axis: dict[int, list[tuple[int, int]]] = {}
-    for mesh_axis, (logical_axis, factor, _) in owners.items():
-        by_axis.setdefault(logical_axis, []).append((factor, mesh_axis))
-    result = {}
-    for logical_axis, pairs in sorted(by_axis.items()):
-        pairs.sort()
-        if [factor for factor, _ in pairs] != list(range(len(pairs))):
-            raise UnsupportedError(
-                f"{where}: {mesh_axis_label(layout.mesh, pairs[-1][1])} splits an inner factor "
-                f"of logical axis {logical_axis} ({layout.layout}), so a device's share is not one "
-                "contiguous block; reshard to the canonical layout first"
-            )
-        result[logical_axis] = tuple(mesh_axis for _, mesh_axis in pairs)
-    return result
-
-
-def partial_axes(type_: TensorType) -> dict[int, str]:
-    layout = type_.layout
-    if not isinstance(layout, ShardLayout):
-        return {}
-    return {m: a.reduction for m, a in enumerate(layout.attrs) if isinstance(a, Partial)}
-
-
 def local_shape(type_: TensorType, shape: Sequence[int], where: str) -> tuple[int, ...]:
     """One device's block of a value of concrete global `shape`."""
     local = list(shape)
     layout = type_.layout
-    for logical_axis, mesh_axes in logical_splits(type_, where).items():
+    for logical_axis, mesh_axes in canonical_splits(type_, where, EXIT).items():
         count = prod(layout.mesh.shape[m] for m in mesh_axes)
         if local[logical_axis] % count:
             raise UnsupportedError(
@@ -101,7 +73,7 @@ def local_shape(type_: TensorType, shape: Sequence[int], where: str) -> tuple[in
 def sdy_sharding(type_: TensorType, rank: int, mesh: Mesh, where: str) -> str:
     """`<@mesh, [{"x"}, {}]>`: each logical axis's splitting mesh axes, major to minor."""
     names = axis_names(mesh)
-    splits = logical_splits(type_, where)
+    splits = canonical_splits(type_, where, EXIT)
     dims = []
     for axis in range(rank):
         dims.append("{" + ", ".join(f'"{names[m]}"' for m in splits.get(axis, ())) + "}")

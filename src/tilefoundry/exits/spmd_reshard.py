@@ -1,55 +1,31 @@
-"""A Reshard as the collectives its type change implies, and nothing else.
+"""A Reshard on devices: the steps of its plan (`visitor_registry.reshard_plan`), emitted.
 
-The evaluator defines a Reshard as "complete every Partial the target does not keep, assemble the
-global value, give each device what the target layout says" (DESIGN §4.12). On devices that is
-done with the least data movement this exit knows, in three phases:
-
-1. each pending Partial the target does not keep is all-reduced with its own reduction, in mesh
-   axis order, consecutive axes with the same reduction in one all-reduce (sum over x then max
-   over y is not max then sum, so only neighbours merge);
-2. Splits the target does not keep are undone: a mesh axis leaving logical axis a for the
-   innermost new Split of logical axis b is one `all_to_all`; otherwise the Splits of an axis
-   beyond what it shares with its target (a common outermost prefix keeps its blocks) are
-   gathered by one `all_gather` over those mesh axes;
-3. each axis still missing target Splits is cut to the device's block by a local
-   `dynamic_slice` (Broadcast -> Split moves no data).
+Which collectives a Reshard needs is decided once, by the pure plan the inspector also describes,
+so `show` and the report say what this exit emits; here each step becomes its StableHLO
+collective (or, for the final local cut, a `dynamic_slice`) over the device body.
 """
 
 from __future__ import annotations
 
-from itertools import groupby
-
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.exits.spmd_collectives import DeviceBody, Shard
-from tilefoundry.exits.spmd_mesh import logical_splits, partial_axes
+from tilefoundry.exits.spmd_mesh import EXIT
 from tilefoundry.ir.types import TensorType
 from tilefoundry.ir.types.shard import ShardLayout
-
-Splits = dict[int, tuple[int, ...]]
-
-
-def _prefix(held: tuple[int, ...], wanted: tuple[int, ...]) -> bool:
-    return wanted[: len(held)] == held
-
-
-def _all_to_all_step(cur: Splits, tgt: Splits) -> tuple[int, int, int] | None:
-    """(from axis, to axis, mesh axis) when one mesh axis can move between logical axes."""
-    for source, held in cur.items():
-        mesh_axis = held[-1]
-        if _prefix(held, tgt.get(source, ())):
-            continue
-        for dest, wanted in tgt.items():
-            now = cur.get(dest, ())
-            if (
-                dest != source
-                and _prefix(now, wanted)
-                and wanted[len(now) : len(now) + 1] == (mesh_axis,)
-            ):
-                return source, dest, mesh_axis
-    return None
+from tilefoundry.visitor_registry.reshard_plan import (
+    AllGather,
+    AllReduce,
+    AllToAll,
+    Slice,
+    Step,
+    plan_reshard,
+)
 
 
 def reshard(x: Shard, out_type: TensorType, body: DeviceBody, where: str) -> Shard:
+    """`x` carried to `out_type` on every device by the steps of its plan. A Local value (no
+    global value to redistribute) and a value on another mesh than the body's are refused here,
+    before any step, because the plan knows neither the body nor per-device values."""
     if x.per_device:
         raise UnsupportedError(
             f"{where}: cannot reshard a per-device (Local) value; it has no global value to "
@@ -62,32 +38,22 @@ def reshard(x: Shard, out_type: TensorType, body: DeviceBody, where: str) -> Sha
                 f"{where}: moves a value between meshes ({layout.mesh!r} and {body.mesh!r}); the "
                 "SPMD exit runs one program on one device mesh"
             )
-    value = x
-    held, wanted = partial_axes(x.type), partial_axes(out_type)
-    pending = [(m, r) for m, r in sorted(held.items()) if wanted.get(m) != r]
-    for reduction, run in groupby(pending, key=lambda pair: pair[1]):
-        axes = [m for m, _ in run]
-        value = body.all_reduce(value, axes, reduction, out_type, where)
+    steps = plan_reshard(x.type, out_type, where, engine=EXIT)
+    # Retyping emits nothing; every step below keeps the target type on what it produces.
+    value = body.take_blocks(x, {}, out_type)
+    for step in steps:
+        value = _emit(step, value, out_type, body, where)
+    return value
 
-    cur = logical_splits(x.type, where)
-    tgt = logical_splits(out_type, where)
-    while True:
-        step = _all_to_all_step(cur, tgt)
-        if step is not None:
-            source, dest, mesh_axis = step
-            value = body.all_to_all(value, dest, source, mesh_axis, out_type, where)
-            cur[source] = cur[source][:-1]
-            cur[dest] = (*cur.get(dest, ()), mesh_axis)
-        else:
-            stale = [a for a, axes in cur.items() if not _prefix(axes, tgt.get(a, ()))]
-            if not stale:
-                break
-            axis = stale[0]
-            keep = 0
-            while keep < len(cur[axis]) and _prefix(cur[axis][: keep + 1], tgt.get(axis, ())):
-                keep += 1
-            value = body.all_gather(value, axis, cur[axis][keep:], out_type, where)
-            cur[axis] = cur[axis][:keep]
-        cur = {a: axes for a, axes in cur.items() if axes}
-    cuts = {a: axes[len(cur.get(a, ())) :] for a, axes in tgt.items() if axes != cur.get(a, ())}
-    return body.take_blocks(value, cuts, out_type)
+
+def _emit(step: Step, value: Shard, out_type: TensorType, body: DeviceBody, where: str) -> Shard:
+    """One step as StableHLO; an all-to-all splits the axis the mesh axis moves to and
+    concatenates the one it leaves."""
+    if isinstance(step, AllReduce):
+        return body.all_reduce(value, list(step.mesh_axes), step.reduction, out_type, where)
+    if isinstance(step, AllToAll):
+        return body.all_to_all(value, step.dest, step.source, step.mesh_axis, out_type, where)
+    if isinstance(step, AllGather):
+        return body.all_gather(value, step.axis, step.mesh_axes, out_type, where)
+    assert isinstance(step, Slice)
+    return body.take_blocks(value, dict(step.cuts), out_type)

@@ -4,7 +4,8 @@ Device `d` of the executable is partition `d` (device assignment `arange(N)`), w
 row-major mesh coordinate the module's replica groups and `partition_id` arithmetic assume
 (DESIGN §4.13). Arguments are placed through a jax mesh of the same shape, names and device
 order; results are gathered back with numpy by the block geometry the module itself uses
-(`spmd_mesh.logical_splits`), so a replicated result is read from one device per block.
+(`visitor_registry.shard_reading.canonical_splits`), so a replicated result is read from one
+device per block.
 """
 
 from __future__ import annotations
@@ -18,17 +19,18 @@ import numpy as np
 
 from tilefoundry.errors import EvalError, UnsupportedError
 from tilefoundry.exits.spmd import SpmdModule, lower_spmd
-from tilefoundry.exits.spmd_mesh import axis_names, device_id, logical_splits
+from tilefoundry.exits.spmd_mesh import EXIT, axis_names, device_id
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.types import TensorType, resolve_dim
 from tilefoundry.ir.types.shard import ShardLayout
+from tilefoundry.visitor_registry.shard_reading import canonical_splits
 
 _EXECUTABLES: dict[tuple, tuple[Function, SpmdModule, Any]] = {}
 
 
 def _block(type_: TensorType, shape: tuple[int, ...], coord: tuple[int, ...]) -> tuple:
     """The global index of the block the device at `coord` holds."""
-    splits = logical_splits(type_, "run_xla")
+    splits = canonical_splits(type_, "run_xla", EXIT)
     mesh = type_.layout.mesh if splits else None
     index = [slice(None)] * len(shape)
     for axis, mesh_axes in splits.items():
@@ -116,7 +118,7 @@ def _partition_spec(type_: TensorType, rank: int):
     from jax.sharding import PartitionSpec
 
     names = axis_names(type_.layout.mesh) if isinstance(type_.layout, ShardLayout) else ()
-    splits = logical_splits(type_, "run_xla")
+    splits = canonical_splits(type_, "run_xla", EXIT)
     return PartitionSpec(
         *(tuple(names[m] for m in splits[axis]) if axis in splits else None for axis in range(rank))
     )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any
 
+from tilefoundry.errors import UnsupportedError
 from tilefoundry.inspect.printer import op_mnemonic
 from tilefoundry.ir.core import Call, Constant, Expr, Var, binding_name, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
@@ -22,6 +23,13 @@ from tilefoundry.ir.types.shard import Broadcast, Partial, ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten
 from tilefoundry.passes.graph import post_order
 from tilefoundry.visitor_registry import surface_entry
+from tilefoundry.visitor_registry.reshard_plan import (
+    AllGather,
+    AllReduce,
+    Slice,
+    Step,
+    plan_reshard,
+)
 
 
 def axis_names(layout: ShardLayout) -> tuple[str, ...]:
@@ -113,41 +121,50 @@ def short_type(type_: Any) -> str:
 
 
 def reshard_collectives(source: Any, target: Any) -> list[str]:
-    """What each mesh axis does in a Reshard from `source` to `target` (empty: nothing moves).
+    """What a Reshard from `source` to `target` does on devices, one line per collective (empty:
+    nothing moves), e.g. `tp: all-reduce(sum), then slice (local)`.
 
-    Partial -> replicated is an all-reduce, Partial -> split a reduce-scatter, split ->
-    replicated an all-gather, replicated -> split a local slice, a split that moves to another
-    dimension an all-to-all."""
+    The words describe the steps of `plan_reshard`, the plan the SPMD exit emits, so what `show`
+    and the report say a Reshard costs is what the compiled program does. A Reshard the exit
+    refuses (a non-canonical layout) says so instead of guessing."""
     if not (isinstance(source, TensorType) and isinstance(target, TensorType)):
         return []
-    held, wanted = dict(axis_states(source)), dict(axis_states(target))
-    if not held:
-        return [f"{axis}: scatter (slice)" for axis, s in wanted.items() if s.startswith("split")]
-    if not wanted:
-        return [
-            f"{axis}: {_move(s, 'replicated')}"
-            for axis, s in held.items()
-            if _move(s, "replicated")
-        ]
-    out = []
-    for axis, before in held.items():
-        move = _move(before, wanted.get(axis, "replicated"))
-        if move:
-            out.append(f"{axis}: {move}")
-    return out
+    layouts = [t.layout for t in (source, target) if isinstance(t.layout, ShardLayout)]
+    if not layouts:
+        return []
+    try:
+        steps = plan_reshard(source, target, "reshard")
+    except UnsupportedError as err:
+        return [f"not lowerable: {err.message}"]
+    lines: list[tuple[tuple[int, ...], str]] = []
+    for step in steps:
+        if isinstance(step, Slice):
+            for _, mesh_axes in step.cuts:
+                _add_slice(lines, mesh_axes)
+        else:
+            lines.append(_collective(step))
+    names = axis_names(layouts[0])
+    return [f"{','.join(names[m] for m in axes)}: {text}" for axes, text in lines]
 
 
-def _move(before: str, after: str) -> str:
-    if before == after:
-        return ""
-    if before.startswith("partial"):
-        kind = before.split()[1]
-        return f"all-reduce({kind})" if after == "replicated" else f"reduce-scatter({kind})"
-    if before.startswith("split"):
-        return "all-gather" if after == "replicated" else "all-to-all"
-    if before == "replicated" and after.startswith("split"):
-        return "slice (local, no communication)"
-    return f"{before} -> {after}"
+def _collective(step: Step) -> tuple[tuple[int, ...], str]:
+    """(mesh axes it runs over, its words) for a communicating step."""
+    if isinstance(step, AllReduce):
+        return step.mesh_axes, f"all-reduce({step.reduction})"
+    if isinstance(step, AllGather):
+        return step.mesh_axes, f"all-gather(dim {step.axis})"
+    return (step.mesh_axis,), f"all-to-all(dim {step.source} -> dim {step.dest})"
+
+
+def _add_slice(lines: list[tuple[tuple[int, ...], str]], mesh_axes: tuple[int, ...]) -> None:
+    """A local cut over `mesh_axes`: it finishes the line of the last collective over the same
+    axes (an all-reduce then a slice is the exit's Partial -> Split), else stands on its own."""
+    for index, (axes, text) in reversed(list(enumerate(lines))):
+        if axes == mesh_axes:
+            lines[index] = (axes, f"{text}, then slice (local)")
+            return
+    moved = any(set(axes) & set(mesh_axes) for axes, _ in lines)
+    lines.append((mesh_axes, "slice (local)" if moved else "slice (local, no communication)"))
 
 
 def value_label(expr: Expr, fallback: str) -> str:

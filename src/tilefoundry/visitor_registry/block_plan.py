@@ -24,9 +24,11 @@ from tilefoundry.ir.types import TensorType, TupleType, Type
 from tilefoundry.ir.types.shard import Mesh, Partial, ShardLayout, Split
 from tilefoundry.visitor_registry.access_structure import Projection
 from tilefoundry.visitor_registry.axis_access import WholeAxis, axis_accesses, relations_for
-
-Splits = dict[int, tuple[int, ...]]
-"""Value axis -> the mesh axes splitting (or cutting) it, outermost block first."""
+from tilefoundry.visitor_registry.shard_reading import (
+    Splits,
+    canonical_splits,
+    pending_partials,
+)
 
 
 class Kind(enum.Enum):
@@ -53,15 +55,14 @@ class ArgView:
 class Engine:
     """Who carries the plan out, so that its refusals say which engine refused and what to add.
 
-    `splits` is the engine's canonical-layout reader (each refuses a non-canonical layout in its
-    own words); `article` goes before `rule` ("an SPMD_LOWERING rule").
+    `name` also words the refusal of a non-canonical layout (`shard_reading.canonical_splits`,
+    the one reading every engine shares); `article` goes before `rule` ("an SPMD_LOWERING rule").
     """
 
     name: str
     rule: str
     article: str
     combiners: tuple[str, ...]
-    splits: Callable[[TensorType, str], Splits]
     label: Callable[[Mesh, int], str]
 
 
@@ -125,9 +126,9 @@ class BlockPlan:
             self._refuse(f"argument {index} is a tuple holding sharded values")
         if arg.kind is not Kind.SHARDED:
             return
-        attrs = enumerate(arg.type.layout.attrs)
-        self.partials_of[index] = frozenset(m for m, a in attrs if isinstance(a, Partial))
-        for logical_axis, mesh_axes in self.engine.splits(arg.type, self.where).items():
+        self.partials_of[index] = frozenset(pending_partials(arg.type))
+        splits = canonical_splits(arg.type, self.where, self.engine.name)
+        for logical_axis, mesh_axes in splits.items():
             access = self._input_axes(index)[logical_axis]
             if not isinstance(access, Projection):
                 labels = ", ".join(self.engine.label(self.mesh, a) for a in mesh_axes)
@@ -161,7 +162,7 @@ class BlockPlan:
             return None
         if arg.kind is Kind.LOCAL:
             self._refuse(f"argument {index} is a per-device (Local) value")
-        held = self.engine.splits(arg.type, self.where) if arg.kind is Kind.SHARDED else {}
+        held = canonical_splits(arg.type, self.where, self.engine.name)  # {} unless SHARDED
         cuts: dict[int, Block] = {}
         for axis, access in enumerate(self._input_axes(index)):
             touched = [d for d in access.dims if d in self.partition]
@@ -237,7 +238,7 @@ class BlockPlan:
         """Check each mesh axis of result `index` against its type; say what completes or cuts
         it. `complete` is the op's combiner for a reduced Split under a replicated result."""
         field = self.out_fields[index]
-        out_splits = self.engine.splits(field, self.where) if _sharded(field) else {}
+        out_splits = canonical_splits(field, self.where, self.engine.name)
         out_axes = self._output_axes(index)
         local = self._local_shape(index)
         reduce: list[int] = []
@@ -280,7 +281,3 @@ class BlockPlan:
             f"each device's block does not produce; the op needs {engine.article} {engine.rule} "
             "rule for this sharding (or the typeinfer rule that derived it is unsound)"
         )
-
-
-def _sharded(type_: Type) -> bool:
-    return isinstance(getattr(type_, "layout", None), ShardLayout)

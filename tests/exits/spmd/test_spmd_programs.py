@@ -16,12 +16,12 @@ from exits.spmd.sharded_programs import PROGRAMS
 from tilefoundry.evaluator import evaluate
 from tilefoundry.exits.jaxlib_tools import parse_and_verify
 from tilefoundry.exits.spmd import collective_report, emit_spmd, format_collective_report
-from tilefoundry.exits.spmd_mesh import logical_splits, partial_axes
 from tilefoundry.ir.core import Call
 from tilefoundry.ir.hir import FusionRegion
 from tilefoundry.ir.hir.sharding import Reshard
 from tilefoundry.ir.hir.tensor import Reduce
 from tilefoundry.ir.hir.walk import all_operands
+from tilefoundry.visitor_registry.shard_reading import canonical_splits, pending_partials
 
 pytest.importorskip("jax", reason="the SPMD exit tests need jax[lib]")
 
@@ -76,14 +76,15 @@ def communicating_ops(fn) -> list[str]:
     for call in calls(fn):
         x = call.args[0].type if call.args else None
         if isinstance(call.target, Reshard):
-            held, wanted = logical_splits(x, "test"), logical_splits(call.type, "test")
+            held = canonical_splits(x, "test", "the test")
+            wanted = canonical_splits(call.type, "test", "the test")
             dropped = any(wanted.get(a, ())[: len(m)] != m for a, m in held.items())
-            completed = set(partial_axes(x)) - set(partial_axes(call.type))
+            completed = set(pending_partials(x)) - set(pending_partials(call.type))
             if dropped or completed:
                 found.append("Reshard")
         elif isinstance(call.target, Reduce):
             reduced = {a % len(x.shape) for a in call.target.axes}
-            if reduced & set(logical_splits(x, "test")):
+            if reduced & set(canonical_splits(x, "test", "the test")):
                 found.append("Reduce")
     return sorted(found)
 

@@ -33,10 +33,8 @@ from tilefoundry.ir.types.shard import Mesh, ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten
 from tilefoundry.visitor_registry import ACCESS_RELATION
 from tilefoundry.visitor_registry.access_relation import AccessRelations, broadcast_shapes
-from tilefoundry.visitor_registry.shard_propagate import (
-    derive_output_shard_layout,
-    partial_reductions_by_axis,
-)
+from tilefoundry.visitor_registry.shard_propagate import derive_output_shard_layout
+from tilefoundry.visitor_registry.shard_reading import pending_partials
 from tilefoundry.visitor_registry.shard_regroup import logical_groups
 from tilefoundry.visitor_registry.storage import anchor_storage
 
@@ -78,14 +76,6 @@ def mesh_axis_label(mesh: Mesh, axis: int) -> str:
     return f"mesh axis {axis} ('{name}')" if name else f"mesh axis {axis}"
 
 
-def partial_axes(type_: Type) -> dict[int, str]:
-    """Mesh axis -> pending reduction, for a tensor carrying Partials (empty otherwise)."""
-    if not isinstance(type_, TensorType):
-        return {}
-    states = partial_reductions_by_axis(type_.layout)
-    return {axis: red for axis, red in enumerate(states) if red is not None}
-
-
 def completion_remedy(operand: str, layout: ShardLayout, axis: int) -> str:
     return (
         f"insert reshard({operand}, ...) to Broadcast on {mesh_axis_label(layout.mesh, axis)} "
@@ -107,7 +97,7 @@ def refuse_partials(
     """
     allowed = frozenset(allowed)
     for name, type_ in operands:
-        for axis, reduction in partial_axes(type_).items():
+        for axis, reduction in pending_partials(type_).items():
             if reduction not in allowed:
                 layout = type_.layout
                 raise VerifyError(

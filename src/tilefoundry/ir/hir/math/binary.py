@@ -20,7 +20,6 @@ from tilefoundry.ir.hir.op_support import (
     completion_remedy,
     compute_in_f32,
     mesh_axis_label,
-    partial_axes,
     propagate,
     refuse_partials,
     result_storage,
@@ -39,6 +38,7 @@ from tilefoundry.visitor_registry import (
     register_validation_samples,
 )
 from tilefoundry.visitor_registry.access_relation import elementwise_relations
+from tilefoundry.visitor_registry.shard_reading import pending_partials
 from tilefoundry.visitor_registry.validation_samples import (
     BOOL,
     GRID,
@@ -130,7 +130,7 @@ def _check_kind_dtype(op: Binary, dtype: DType) -> None:
 def _refuse_unlisted_partials(op: Binary, lhs: TensorType, rhs: TensorType) -> None:
     """The seed's Partial table (hir §1.3 Binary; DESIGN §4.6): ADD and MUL only, else reject."""
     operands = (("lhs", lhs), ("rhs", rhs))
-    pending = [name for name, type_ in operands if partial_axes(type_)]
+    pending = [name for name, type_ in operands if pending_partials(type_)]
     kind = op.kind
     if not pending:
         return
@@ -169,8 +169,8 @@ def _refuse_double_partial_add(lhs: TensorType, rhs: TensorType) -> None:
     """ADD of two Partials: the same mesh axes, each pending a sum (max(x)+max(y) != max(x+y))."""
     named = {"lhs": lhs, "rhs": rhs}
     for name, other in (("lhs", "rhs"), ("rhs", "lhs")):
-        layout, other_partials = named[name].layout, partial_axes(named[other])
-        for axis, reduction in partial_axes(named[name]).items():
+        layout, other_partials = named[name].layout, pending_partials(named[other])
+        for axis, reduction in pending_partials(named[name]).items():
             if axis not in other_partials:
                 fact = (
                     f"'{other}' is not Partial there; add of two Partials is proven only when "

@@ -41,7 +41,6 @@ from tilefoundry.ir.hir.op_support import (
     compute_in_f32,
     mesh_axis_label,
     op_name,
-    partial_axes,
     propagate,
     refuse_partials,
     result_storage,
@@ -66,6 +65,7 @@ from tilefoundry.visitor_registry.access_relation import (
     AffineAccess,
     BoundaryRelation,
 )
+from tilefoundry.visitor_registry.shard_reading import pending_partials
 from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 
@@ -190,9 +190,9 @@ def _refuse_partials(op: Conv2D, x: TensorType, weight: TensorType, bias: Tensor
     refuse_partials(
         op, operands, allowed=("sum",), why="conv2d is multilinear (it commutes with a sum only)"
     )
-    px, pw, pb = (set(partial_axes(t)) for _, t in operands)
+    px, pw, pb = (set(pending_partials(t)) for _, t in operands)
     for axis in sorted(px | pw | pb):
-        layout = next(t.layout for _, t in operands if axis in partial_axes(t))
+        layout = next(t.layout for _, t in operands if axis in pending_partials(t))
         label = mesh_axis_label(layout.mesh, axis)
         if axis in px and axis in pw:
             why = "x and weight both carry it (a product of sums has cross terms)"

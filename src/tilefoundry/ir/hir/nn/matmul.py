@@ -32,7 +32,6 @@ from tilefoundry.ir.hir.op_support import (
     compute_in_f32,
     mesh_axis_label,
     op_name,
-    partial_axes,
     propagate,
     refuse_partials,
     result_storage,
@@ -53,6 +52,7 @@ from tilefoundry.visitor_registry import (
     register_validation_samples,
 )
 from tilefoundry.visitor_registry.access_relation import broadcast_shapes, contraction_relations
+from tilefoundry.visitor_registry.shard_reading import pending_partials
 from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 
@@ -127,9 +127,9 @@ def _refuse_partials(op: MatMul, lhs: TensorType, rhs: TensorType) -> None:
     )
     for (name, own), (other_name, other) in (operands, operands[::-1]):
         other_layout = other.layout
-        for axis in partial_axes(own):
+        for axis in pending_partials(own):
             label = mesh_axis_label(own.layout.mesh, axis)
-            if axis in partial_axes(other):
+            if axis in pending_partials(other):
                 raise VerifyError(
                     f"{op_name(op)}: operands 'lhs' and 'rhs' both carry Partial(sum) on {label}; "
                     "matmul is linear in one operand at a time (a product of sums has cross "

@@ -39,7 +39,6 @@ from tilefoundry.ir.hir.op_support import (
     compute_in_f32,
     mesh_axis_label,
     op_name,
-    partial_axes,
     propagate,
     refuse_partials,
     result_storage,
@@ -64,6 +63,7 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.visitor_registry.shard_reading import pending_partials
 from tilefoundry.visitor_registry.validation_samples import Sample, index_operand, operand
 
 
@@ -133,8 +133,8 @@ def _refuse_partials(op: RoPE, operands) -> None:
     refuse_partials(
         op, [("q", q), ("k", k)], allowed=("sum",), why="rope is linear in q and in k (sum only)"
     )
-    k_partials = sorted(partial_axes(k))
-    if partial_axes(q) and k_partials:
+    k_partials = sorted(pending_partials(k))
+    if pending_partials(q) and k_partials:
         axis = k_partials[0]
         raise VerifyError(
             f"{op_name(op)}: 'q' and 'k' both carry a Partial(sum) (k on "
@@ -143,7 +143,7 @@ def _refuse_partials(op: RoPE, operands) -> None:
         )
     pos_splits = split_logical_axes(op, "pos_ids", pos)
     for name, value in (("q", q), ("k", k)):
-        facing = sorted(set(partial_axes(value)) & set(pos_splits))
+        facing = sorted(set(pending_partials(value)) & set(pos_splits))
         if facing and value.layout.mesh == pos.layout.mesh:
             label = mesh_axis_label(value.layout.mesh, facing[0])
             raise VerifyError(

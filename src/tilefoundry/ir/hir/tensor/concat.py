@@ -30,7 +30,6 @@ from tilefoundry.ir.hir.op_support import (
     mesh_axis_label,
     normalize_axis,
     op_name,
-    partial_axes,
     propagate,
     result_storage,
     same_dtype,
@@ -55,6 +54,7 @@ from tilefoundry.visitor_registry.access_relation import (
     BoundaryRelation,
     identity_access,
 )
+from tilefoundry.visitor_registry.shard_reading import pending_partials
 from tilefoundry.visitor_registry.shard_regroup import logical_axis_of
 from tilefoundry.visitor_registry.validation_samples import Sample, TupleOperand, operand
 
@@ -111,7 +111,7 @@ def _check_extents(op: Op, fields: tuple[TensorType, ...], skip: int | None) -> 
 
 def _check_partials(op: Op, fields: tuple[TensorType, ...]) -> None:
     """A Partial carries only when every operand holds the same one on that mesh axis."""
-    states = [partial_axes(f) for f in fields]
+    states = [pending_partials(f) for f in fields]
     for i, state in enumerate(states):
         for axis, reduction in state.items():
             missing = next((j for j, s in enumerate(states) if s.get(axis) != reduction), None)

@@ -25,7 +25,6 @@ from tilefoundry.ir.hir.op_support import (
     completion_remedy,
     mesh_axis_label,
     op_name,
-    partial_axes,
     refuse_partials,
     same_dtype,
     split_owners,
@@ -43,6 +42,7 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.visitor_registry.shard_reading import pending_partials
 from tilefoundry.visitor_registry.storage import anchor_storage
 from tilefoundry.visitor_registry.validation_samples import (
     Sample,
@@ -91,9 +91,9 @@ def _refuse_dynamic(op: Op, name: str, type_: TensorType) -> None:
 def _check_partials(op: Op, dst_name: str, dst: TensorType, src_name: str, src: TensorType):
     """hir §1.3: a Partial dst needs the identical mesh and per-mesh-axis state on the source;
     a complete dst refuses a Partial source (the result cannot carry that state)."""
-    dst_partials = partial_axes(dst)
+    dst_partials = pending_partials(dst)
     if not dst_partials:
-        for mesh_axis, reduction in partial_axes(src).items():
+        for mesh_axis, reduction in pending_partials(src).items():
             raise VerifyError(
                 f"{op_name(op)}: operand '{src_name}' carries Partial({reduction}) on "
                 f"{mesh_axis_label(src.layout.mesh, mesh_axis)} but '{dst_name}' is complete, "

@@ -1,0 +1,80 @@
+"""How every engine reads a ShardLayout type: which mesh axes split which logical axis, and which
+mesh axes carry a pending reduction (DESIGN §4.12).
+
+The reference evaluator, the SPMD exit and the block plan they share must agree on which block of
+a value each device holds, or the exit's output is not checkable against the simulation; so they
+read it here, once. A Split names a layout position; a device's share is one contiguous block only
+when the Splits of each logical axis are its outermost factors (the canonical layout every
+annotation produces). Any other layout is refused rather than guessed, in the words of the engine
+that asked (`engine`, e.g. "the reference evaluator"), since only the engine knows its remedy.
+"""
+
+from __future__ import annotations
+
+from tilefoundry.errors import UnsupportedError
+from tilefoundry.ir.types import TensorType, Type
+from tilefoundry.ir.types.shard import Layout, ShardLayout, Split
+from tilefoundry.ir.types.shard.int_tuple import flatten
+from tilefoundry.visitor_registry.shard_propagate import partial_reductions_by_axis
+from tilefoundry.visitor_registry.shard_regroup import logical_groups
+
+Splits = dict[int, tuple[int, ...]]
+"""Logical axis -> the mesh axes splitting it, outermost block first."""
+
+
+def canonical_splits(type_: Type, where: str, engine: str) -> Splits:
+    """Logical axis -> the mesh axes splitting it, outermost first ({} for an unsharded type).
+
+    Blocks are numbered mixed-radix over those mesh axes, which is a contiguous cut only for a
+    canonical layout; a Split on an inner factor (or on a position that factors no single logical
+    axis) fails closed with UnsupportedError naming `where` and `engine`.
+    """
+    layout = getattr(type_, "layout", None)
+    if not isinstance(layout, ShardLayout):
+        return {}
+    if not isinstance(layout.layout, Layout):
+        raise UnsupportedError(
+            f"{where}: the ShardLayout over {type(layout.layout).__name__} {layout.layout} has no "
+            f"block reading in {engine}; reshard to a canonical layout first"
+        )
+    positions = flatten(layout.layout.shape)
+    groups = logical_groups(tuple(type_.shape), positions)
+    by_position = {a.axis: m for m, a in enumerate(layout.attrs) if isinstance(a, Split)}
+    result: Splits = {}
+    for logical_axis, group in enumerate(groups):
+        split = [p for p in group or () if p in by_position]
+        if not split:
+            continue
+        outer = list(group[: len(split)])
+        if outer != split:
+            inner = next(p for p, o in zip(split, outer, strict=True) if p != o)
+            what = f"an inner factor of logical axis {logical_axis}"
+            raise _non_canonical(where, engine, type_, by_position[inner], what)
+        result[logical_axis] = tuple(by_position[p] for p in split)
+    claimed = {m for axes in result.values() for m in axes}
+    for position, mesh_axis in sorted(by_position.items()):
+        if mesh_axis not in claimed:
+            what = f"layout position {position}, which factors no single logical axis"
+            raise _non_canonical(where, engine, type_, mesh_axis, what)
+    return result
+
+
+def _non_canonical(
+    where: str, engine: str, type_: TensorType, mesh_axis: int, what: str
+) -> UnsupportedError:
+    layout = type_.layout
+    return UnsupportedError(
+        f"{where}: {layout.mesh.axes[mesh_axis].label} splits {what} ({layout.layout} over "
+        f"logical shape {list(type_.shape)}), so a device's share is not one contiguous block; "
+        f"{engine} reads only canonical layouts (each Split the outermost factor of its logical "
+        "axis): reshard to the canonical layout first"
+    )
+
+
+def pending_partials(type_: Type) -> dict[int, str]:
+    """Mesh axis -> pending reduction of each Partial (empty for an unsharded or non-tensor type):
+    what a consumer must complete, or commute with, before it may read the value."""
+    if not isinstance(type_, TensorType):
+        return {}
+    states = partial_reductions_by_axis(type_.layout)
+    return {axis: reduction for axis, reduction in enumerate(states) if reduction is not None}

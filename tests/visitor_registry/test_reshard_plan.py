@@ -1,0 +1,107 @@
+"""The Reshard plan, read off the two types alone: the collectives the SPMD exit emits and the
+inspector describes (`show`, the report), so both are checked here once, on their own."""
+
+from __future__ import annotations
+
+import pytest
+
+from tilefoundry.errors import UnsupportedError
+from tilefoundry.inspect.shard_view import reshard_collectives
+from tilefoundry.ir.types import f32, make_shard_tensor_type, make_tensor_type
+from tilefoundry.ir.types.shard import B, Layout, P, S, ShardLayout, Split, make_mesh
+from tilefoundry.visitor_registry.reshard_plan import (
+    AllGather,
+    AllReduce,
+    AllToAll,
+    Slice,
+    plan_reshard,
+)
+from tilefoundry.visitor_registry.shard_reading import canonical_splits, pending_partials
+
+TP = make_mesh((4,), ("tp",))
+XY = make_mesh((2, 4), ("x", "y"))
+
+
+def sh(shape, *attrs, mesh=TP):
+    return make_shard_tensor_type(shape, f32, mesh=mesh, attrs=attrs)
+
+
+def test_partial_to_broadcast_is_one_all_reduce():
+    src, dst = sh((8, 16), P("sum")), sh((8, 16), B)
+    assert plan_reshard(src, dst, "t") == [AllReduce((0,), "sum")]
+    assert reshard_collectives(src, dst) == ["tp: all-reduce(sum)"]
+
+
+def test_partial_to_split_is_an_all_reduce_then_a_local_slice():
+    """What the exit emits (no reduce-scatter), so that is what the inspector says."""
+    src, dst = sh((8, 16), P("sum")), sh((8, 16), S(1))
+    assert plan_reshard(src, dst, "t") == [AllReduce((0,), "sum"), Slice(((1, (0,)),))]
+    assert reshard_collectives(src, dst) == ["tp: all-reduce(sum), then slice (local)"]
+
+
+def test_split_to_broadcast_is_one_all_gather():
+    src, dst = sh((8, 16), S(0)), sh((8, 16), B)
+    assert plan_reshard(src, dst, "t") == [AllGather(0, (0,))]
+    assert reshard_collectives(src, dst) == ["tp: all-gather(dim 0)"]
+
+
+def test_broadcast_to_split_moves_no_data():
+    src, dst = sh((8, 16), B), sh((8, 16), S(0))
+    assert plan_reshard(src, dst, "t") == [Slice(((0, (0,)),))]
+    assert reshard_collectives(src, dst) == ["tp: slice (local, no communication)"]
+
+
+def test_a_plain_value_is_sliced_locally_too():
+    src, dst = make_tensor_type((8, 16), f32), sh((8, 16), S(1))
+    assert plan_reshard(src, dst, "t") == [Slice(((1, (0,)),))]
+
+
+def test_split_moving_to_another_axis_is_one_all_to_all():
+    src, dst = sh((8, 16), S(0)), sh((8, 16), S(1))
+    assert plan_reshard(src, dst, "t") == [AllToAll(source=0, dest=1, mesh_axis=0)]
+    assert reshard_collectives(src, dst) == ["tp: all-to-all(dim 0 -> dim 1)"]
+
+
+def test_two_different_reductions_are_not_merged():
+    """sum over x then max over y is not max then sum: one all-reduce per reduction."""
+    src, dst = sh((8, 16), P("sum"), P("max"), mesh=XY), sh((8, 16), B, B, mesh=XY)
+    assert plan_reshard(src, dst, "t") == [AllReduce((0,), "sum"), AllReduce((1,), "max")]
+    assert reshard_collectives(src, dst) == ["x: all-reduce(sum)", "y: all-reduce(max)"]
+
+
+def test_two_axes_with_one_reduction_merge_into_one_all_reduce():
+    src, dst = sh((8, 16), P("sum"), P("sum"), mesh=XY), sh((8, 16), B, S(0), mesh=XY)
+    assert plan_reshard(src, dst, "t") == [AllReduce((0, 1), "sum"), Slice(((0, (1,)),))]
+    assert reshard_collectives(src, dst) == ["x,y: all-reduce(sum)", "y: slice (local)"]
+
+
+def test_a_kept_partial_and_a_kept_outer_split_move_nothing():
+    src = sh((8, 16), S(0), P("sum"), mesh=XY)
+    assert plan_reshard(src, src, "t") == []
+    assert reshard_collectives(src, src) == []
+    inner_gathered = sh((8, 16), S(0), B, mesh=XY)
+    both = sh((8, 16), S(0), S(0), mesh=XY)
+    assert plan_reshard(both, inner_gathered, "t") == [AllGather(0, (1,))]
+
+
+def test_moving_between_meshes_fails_closed():
+    with pytest.raises(UnsupportedError, match="between meshes"):
+        plan_reshard(sh((8, 16), S(0)), sh((8, 16), S(0), B, mesh=XY), "t")
+
+
+def test_an_inner_factor_split_fails_closed_in_the_engines_words():
+    inner = ShardLayout(Layout((2, 4), (4, 1)), (Split(1),), TP)
+    type_ = make_tensor_type((8,), f32, layout=inner)
+    with pytest.raises(UnsupportedError, match=r"inner factor.*the reference evaluator"):
+        canonical_splits(type_, "t", "the reference evaluator")
+    with pytest.raises(UnsupportedError, match=r"inner factor.*the SPMD exit"):
+        plan_reshard(type_, make_tensor_type((8,), f32), "t")
+    assert reshard_collectives(type_, make_tensor_type((8,), f32))[0].startswith("not lowerable")
+
+
+def test_canonical_splits_and_pending_partials_read_outermost_first():
+    type_ = sh((8, 16), S(0), S(0), mesh=XY)
+    assert canonical_splits(type_, "t", "the test") == {0: (0, 1)}
+    assert canonical_splits(make_tensor_type((8,), f32), "t", "the test") == {}
+    assert pending_partials(sh((8, 16), P("max"), S(1), mesh=XY)) == {0: "max"}
+    assert pending_partials(make_tensor_type((8,), f32)) == {}
