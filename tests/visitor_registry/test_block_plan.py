@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from tilefoundry.errors import UnsupportedError
-from tilefoundry.evaluator.values import mesh_label
 from tilefoundry.ir.hir.math.binary import Binary, BinaryKind
 from tilefoundry.ir.hir.nn.matmul import MatMul
+from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.hir.tensor.slice import Slice
 from tilefoundry.ir.types import f32, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, P, S, make_mesh
@@ -26,7 +26,7 @@ from tilefoundry.visitor_registry.block_plan import (
 )
 
 MESH = make_mesh((4,), ("x",))
-ENGINE = Engine("the test", "SHARDED_EVAL", "a", ("sum",), mesh_label)
+ENGINE = Engine("the test", "SHARDED_EVAL", "a", ("sum",), mesh_axis_label)
 
 
 def sh(shape, *attrs):

@@ -27,9 +27,9 @@ from tilefoundry.evaluator.values import (
     block_range,
     block_slices,
     devices,
-    mesh_label,
 )
 from tilefoundry.ir.core import Op
+from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.types import TupleType, Type
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
 from tilefoundry.visitor_registry import EVAL, SHARDED_EVAL
@@ -192,7 +192,7 @@ class ShardedCall:
                 shown = f"result axis {out_axis}" if out_axis is not None else "no result axis"
                 raise UnsupportedError(
                     f"{self.where}: an argument split on its axis {axis} (over "
-                    f"{', '.join(mesh_label(self.mesh, a) for a in have)}) runs along {shown}, "
+                    f"{', '.join(self.mesh.axes[a].label for a in have)}) runs along {shown}, "
                     "which is not split the same way, so its shard is no block of the result; "
                     "reshard that argument to the result's layout first"
                 )
@@ -260,7 +260,7 @@ _ENGINE = Engine(
     rule="SHARDED_EVAL",
     article="a",
     combiners=("sum", "mean", "max", "min"),
-    label=mesh_label,
+    label=mesh_axis_label,
 )
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from tilefoundry.errors import EvalError, UnsupportedError
 from tilefoundry.evaluator.collectives import Coord, all_reduce, partial_addends
+from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.types import TensorType
 from tilefoundry.ir.types.shard import Mesh, Partial, ShardLayout
 from tilefoundry.ir.types.shard.int_tuple import is_int
@@ -41,11 +42,6 @@ class MeshValue:
     @property
     def sharded(self) -> bool:
         return isinstance(self.type.layout, ShardLayout)
-
-
-def mesh_label(mesh: Mesh, axis: int) -> str:
-    name = mesh.names[axis] if mesh.names else None
-    return f"mesh axis {axis} ('{name}')" if name else f"mesh axis {axis}"
 
 
 def devices(mesh: Mesh) -> list[Coord]:
@@ -74,7 +70,7 @@ def block_range(
 ) -> tuple[int, int]:
     count = block_count(mesh, mesh_axes)
     if extent % count:
-        axes = ", ".join(mesh_label(mesh, a) for a in mesh_axes)
+        axes = ", ".join(mesh_axis_label(mesh, a) for a in mesh_axes)
         raise EvalError(f"{where}: extent {extent} does not divide evenly over {axes} ({count})")
     size = extent // count
     start = block_index(mesh, mesh_axes, coord) * size
@@ -141,7 +137,7 @@ def complete(
         if not complete_partials:
             raise EvalError(
                 f"{where}: the value is Partial({attr.reduction}) on "
-                f"{mesh_label(value.mesh, mesh_axis)}, so no device holds the complete value; "
+                f"{mesh_axis_label(value.mesh, mesh_axis)}, so no device holds the complete value; "
                 "reshard it to Broadcast in the program, or pass complete_partials=True"
             )
         shards = all_reduce(shards, mesh_axis, attr.reduction)

@@ -72,8 +72,8 @@ def normalize_axis(op: Op, axis: int, rank: int, what: str = "axis") -> int:
 
 
 def mesh_axis_label(mesh: Mesh, axis: int) -> str:
-    name = mesh.names[axis] if mesh.names else None
-    return f"mesh axis {axis} ('{name}')" if name else f"mesh axis {axis}"
+    """How diagnostics name a mesh axis: `mesh axis 1 ('y')` (MeshAxis.label)."""
+    return mesh.axes[axis].label
 
 
 def completion_remedy(operand: str, layout: ShardLayout, axis: int) -> str:
