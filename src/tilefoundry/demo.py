@@ -40,7 +40,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 DEMO_DEVICES = 8
 
-REFUSED_PROGRAM = '''
+REFUSED_PROGRAM = """
 from tilefoundry import Tensor, func
 from tilefoundry.dsl import tf
 from tilefoundry.ir.types.shard import make_mesh
@@ -51,7 +51,7 @@ TP = make_mesh((8,), ("tp",))
 @func
 def reads_partial(x: Tensor[(16, 64), "f32"], w: Tensor[(64 @ TP.tp, 32), "f32"]):
     return tf.relu(x @ w)
-'''
+"""
 
 
 def _section(out: TextIO, title: str) -> None:
