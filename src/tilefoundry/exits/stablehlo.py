@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from tilefoundry.errors import UnsupportedError
-from tilefoundry.exits.lowering import Lowered, Lowering
-from tilefoundry.exits.mlir_text import check_logical_layout, dense_literal, flat_types
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, select_variant
 from tilefoundry.ir.hir.walk import all_operands
+from tilefoundry.ir.lowering.builder import Lowered, Lowering
+from tilefoundry.ir.lowering.mlir_text import check_logical_layout, dense_literal, flat_types
 from tilefoundry.ir.types import TensorType, TupleType, Type, i64, resolve_dim
 from tilefoundry.visitor_registry import STABLEHLO
 

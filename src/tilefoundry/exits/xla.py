@@ -58,7 +58,7 @@ def compiled_text(fn: Function, *arrays: np.ndarray) -> str:
 
 def run_xla(fn: Function, *arrays: Any, devices: int | None = None) -> Any:
     if devices is not None and devices != 1:
-        from tilefoundry.exits.spmd_xla import run_spmd
+        from tilefoundry.exits.spmd.xla import run_spmd
 
         return run_spmd(fn, tuple(np.asarray(a) for a in arrays), devices, bind_dims)
     import jax

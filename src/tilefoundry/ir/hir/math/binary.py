@@ -13,7 +13,6 @@ import enum
 import numpy as np
 
 from tilefoundry.errors import EvalError, VerifyError
-from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     broadcast_operand_shapes,
@@ -26,6 +25,7 @@ from tilefoundry.ir.hir.op_support import (
     same_dtype,
     tensor_operands,
 )
+from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import DType, StorageKind, TensorType, bool_, f32, i32
 from tilefoundry.visitor_registry import (
     FusionKind,

@@ -12,7 +12,6 @@ import enum
 import numpy as np
 
 from tilefoundry.errors import VerifyError
-from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     compute_in_f32,
@@ -21,6 +20,7 @@ from tilefoundry.ir.hir.op_support import (
     result_storage,
     tensor_operands,
 )
+from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import DType, TensorType, bool_
 from tilefoundry.visitor_registry import (
     FusionKind,

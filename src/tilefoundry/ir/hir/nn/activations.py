@@ -21,9 +21,9 @@ from functools import partial
 import numpy as np
 
 from tilefoundry.errors import VerifyError
-from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import compute_in_f32, op_name, refuse_partials, tensor_operands
+from tilefoundry.ir.lowering.values import Value
 from tilefoundry.visitor_registry import (
     FusionKind,
     register_access_relation,

@@ -34,7 +34,6 @@ import islpy as isl
 import numpy as np
 
 from tilefoundry.errors import VerifyError
-from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     completion_remedy,
@@ -48,6 +47,7 @@ from tilefoundry.ir.hir.op_support import (
     tensor_operands,
 )
 from tilefoundry.ir.hir.whole_axis import refuse_splits_on
+from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TensorType, is_static
 from tilefoundry.ir.types.shard import ShardLayout, Split
 from tilefoundry.visitor_registry import (

@@ -25,7 +25,6 @@ from __future__ import annotations
 import numpy as np
 
 from tilefoundry.errors import VerifyError
-from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     completion_remedy,
@@ -39,6 +38,7 @@ from tilefoundry.ir.hir.op_support import (
     tensor_operands,
 )
 from tilefoundry.ir.hir.whole_axis import whole_axis_relations
+from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TensorType
 from tilefoundry.ir.types.shard import ShardLayout, Split
 from tilefoundry.visitor_registry import (

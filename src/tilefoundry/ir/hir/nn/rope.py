@@ -32,7 +32,6 @@ from __future__ import annotations
 import numpy as np
 
 from tilefoundry.errors import EvalError, VerifyError
-from tilefoundry.exits.lowering_values import Value, concatenate, gather
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     completion_remedy,
@@ -51,6 +50,7 @@ from tilefoundry.ir.hir.whole_axis import (
     split_logical_axes,
     whole_axis_relations,
 )
+from tilefoundry.ir.lowering.values import Value, concatenate, gather
 from tilefoundry.ir.types import TensorType, TupleType, is_static
 from tilefoundry.visitor_registry import (
     FusionKind,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 from tilefoundry.errors import VerifyError
-from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     compute_in_f32,
@@ -23,6 +22,7 @@ from tilefoundry.ir.hir.op_support import (
     tensor_operands,
 )
 from tilefoundry.ir.hir.whole_axis import reads_except, refuse_splits_on, whole_axis_relations
+from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TensorType
 from tilefoundry.visitor_registry import (
     FusionKind,

@@ -16,9 +16,9 @@ import islpy as isl
 import numpy as np
 
 from tilefoundry.errors import EvalError, VerifyError
-from tilefoundry.exits.lowering_values import Value, concatenate
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import NO_AFFINE_RELATION, op_name, tensor_operands
+from tilefoundry.ir.lowering.values import Value, concatenate
 from tilefoundry.ir.types import StorageKind, TensorType, TupleType, i64
 from tilefoundry.ir.types.shard import Broadcast, ShardLayout
 from tilefoundry.ir.types.shard.int_tuple import is_int

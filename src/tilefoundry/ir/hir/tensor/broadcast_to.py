@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 from tilefoundry.errors import VerifyError
-from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     propagate,
@@ -20,6 +19,7 @@ from tilefoundry.ir.hir.op_support import (
     shape_attribute,
     tensor_operands,
 )
+from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TensorType, format_dim
 from tilefoundry.ir.types.shard.int_tuple import same_value
 from tilefoundry.visitor_registry import (

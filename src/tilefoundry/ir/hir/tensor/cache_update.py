@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 from tilefoundry.errors import EvalError, VerifyError
-from tilefoundry.exits.lowering_values import Value, concatenate, iota
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     NO_AFFINE_RELATION,
@@ -23,6 +22,7 @@ from tilefoundry.ir.hir.op_support import (
     tensor_operands,
 )
 from tilefoundry.ir.hir.tensor.insert_slice import check_write_sharding, destination_storage
+from tilefoundry.ir.lowering.values import Value, concatenate, iota
 from tilefoundry.ir.types import TensorType, format_dim, i32, is_static
 from tilefoundry.visitor_registry import (
     FusionKind,

@@ -22,7 +22,6 @@ import islpy as isl
 import numpy as np
 
 from tilefoundry.errors import VerifyError
-from tilefoundry.exits.lowering_values import Value, concatenate
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     NO_AFFINE_RELATION,
@@ -34,6 +33,7 @@ from tilefoundry.ir.hir.op_support import (
     result_storage,
     same_dtype,
 )
+from tilefoundry.ir.lowering.values import Value, concatenate
 from tilefoundry.ir.types import TensorType, TupleType, dim_add, format_dim
 from tilefoundry.ir.types.shard import ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten, same_value

@@ -21,7 +21,6 @@ from __future__ import annotations
 import numpy as np
 
 from tilefoundry.errors import EvalError, UnsupportedError, VerifyError
-from tilefoundry.exits.lowering_values import Value, gather
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     NO_AFFINE_RELATION,
@@ -31,6 +30,7 @@ from tilefoundry.ir.hir.op_support import (
     result_storage,
     tensor_operands,
 )
+from tilefoundry.ir.lowering.values import Value, gather
 from tilefoundry.ir.types import TensorType, format_dim
 from tilefoundry.ir.types.shard import (
     Broadcast,

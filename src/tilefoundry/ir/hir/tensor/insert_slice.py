@@ -18,7 +18,6 @@ from __future__ import annotations
 import numpy as np
 
 from tilefoundry.errors import EvalError, VerifyError
-from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Constant, Op, ParamDef, Tuple
 from tilefoundry.ir.hir.op_support import (
     NO_AFFINE_RELATION,
@@ -29,6 +28,7 @@ from tilefoundry.ir.hir.op_support import (
     same_dtype,
     split_owners,
 )
+from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TensorType, TupleType, Type, format_dim, i64, is_static
 from tilefoundry.ir.types.shard import Dynamic, ShardLayout, Split
 from tilefoundry.visitor_registry import (

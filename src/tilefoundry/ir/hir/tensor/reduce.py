@@ -23,7 +23,6 @@ import ml_dtypes
 import numpy as np
 
 from tilefoundry.errors import EvalError, VerifyError
-from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     compute_in_f32,
@@ -37,6 +36,7 @@ from tilefoundry.ir.hir.op_support import (
     split_owners,
     tensor_operands,
 )
+from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import DType, TensorType, is_static
 from tilefoundry.ir.types.shard import Layout, ShardLayout, with_strides
 from tilefoundry.ir.types.shard.int_tuple import flatten

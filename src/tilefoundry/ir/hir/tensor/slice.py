@@ -22,7 +22,6 @@ import islpy as isl
 import numpy as np
 
 from tilefoundry.errors import VerifyError
-from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     mesh_axis_label,
@@ -31,6 +30,7 @@ from tilefoundry.ir.hir.op_support import (
     result_storage,
     tensor_operands,
 )
+from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TensorType, format_dim
 from tilefoundry.ir.types.shard import ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten, is_int

@@ -14,7 +14,6 @@ import islpy as isl
 import numpy as np
 
 from tilefoundry.errors import EvalError, VerifyError
-from tilefoundry.exits.lowering_values import Value, iota
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     normalize_axis,
@@ -25,6 +24,7 @@ from tilefoundry.ir.hir.op_support import (
     split_owners,
     tensor_operands,
 )
+from tilefoundry.ir.lowering.values import Value, iota
 from tilefoundry.ir.types import (
     DimVar,
     TensorType,

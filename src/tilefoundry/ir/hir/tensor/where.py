@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from tilefoundry.errors import VerifyError
-from tilefoundry.exits.lowering_values import Value
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     broadcast_operand_shapes,
@@ -22,6 +21,7 @@ from tilefoundry.ir.hir.op_support import (
     same_dtype,
     tensor_operands,
 )
+from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TensorType, bool_
 from tilefoundry.visitor_registry import (
     FusionKind,

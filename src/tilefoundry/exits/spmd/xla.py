@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from tilefoundry.errors import EvalError, UnsupportedError
-from tilefoundry.exits.spmd import SpmdModule, lower_spmd
-from tilefoundry.exits.spmd_mesh import EXIT, axis_names, device_id
+from tilefoundry.exits.spmd.mesh import EXIT, axis_names, device_id
+from tilefoundry.exits.spmd.module import SpmdModule, lower_spmd
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.types import TensorType, resolve_dim
 from tilefoundry.ir.types.shard import ShardLayout

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tilefoundry.errors import UnsupportedError
-from tilefoundry.exits.mlir_text import dense_literal, element_type, static_shape, tensor_type
+from tilefoundry.ir.lowering.mlir_text import dense_literal, element_type, static_shape, tensor_type
 from tilefoundry.ir.types import DType, StorageKind, TensorType, Type
 
 Lowered = str | tuple["Lowered", ...]

@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from tilefoundry.errors import InternalCompilerError, UnsupportedError
-from tilefoundry.exits.lowering import Lowering
-from tilefoundry.exits.lowering_values import Value
-from tilefoundry.exits.spmd_collectives import DeviceBody, Shard
-from tilefoundry.exits.spmd_mesh import EXIT
+from tilefoundry.exits.spmd.collectives import DeviceBody, Shard
+from tilefoundry.exits.spmd.mesh import EXIT
 from tilefoundry.ir.core import Op
 from tilefoundry.ir.hir.op_support import mesh_axis_label
+from tilefoundry.ir.lowering.builder import Lowering
+from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TupleType, Type
 from tilefoundry.ir.types.shard import ShardLayout
 from tilefoundry.visitor_registry import STABLEHLO
@@ -79,7 +79,7 @@ class SpmdCall:
         return bool(_Blocks(self).plan.completed_axes())
 
     def reshard(self, x: Shard) -> Shard:
-        from tilefoundry.exits.spmd_reshard import reshard
+        from tilefoundry.exits.spmd.reshard import reshard
 
         return reshard(x, self.out_type, self.body, self.where)
 

@@ -8,8 +8,8 @@ collective (or, for the final local cut, a `dynamic_slice`) over the device body
 from __future__ import annotations
 
 from tilefoundry.errors import UnsupportedError
-from tilefoundry.exits.spmd_collectives import DeviceBody, Shard
-from tilefoundry.exits.spmd_mesh import EXIT
+from tilefoundry.exits.spmd.collectives import DeviceBody, Shard
+from tilefoundry.exits.spmd.mesh import EXIT
 from tilefoundry.ir.types import TensorType
 from tilefoundry.ir.types.shard import ShardLayout
 from tilefoundry.visitor_registry.reshard_plan import (

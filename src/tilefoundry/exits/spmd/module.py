@@ -24,11 +24,9 @@ from math import prod
 from typing import Any
 
 from tilefoundry.errors import UnsupportedError
-from tilefoundry.exits.lowering import Lowering
-from tilefoundry.exits.mlir_text import dense_literal
-from tilefoundry.exits.spmd_call import Operand, SpmdCall, check_local, leaves
-from tilefoundry.exits.spmd_collectives import Collective, DeviceBody, Shard
-from tilefoundry.exits.spmd_mesh import (
+from tilefoundry.exits.spmd.call import Operand, SpmdCall, check_local, leaves
+from tilefoundry.exits.spmd.collectives import Collective, DeviceBody, Shard
+from tilefoundry.exits.spmd.mesh import (
     EXIT,
     axis_names,
     check_device_mesh,
@@ -41,6 +39,8 @@ from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
 from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.hir.walk import all_operands
+from tilefoundry.ir.lowering.builder import Lowering
+from tilefoundry.ir.lowering.mlir_text import dense_literal
 from tilefoundry.ir.types import TensorType, TupleType, Type
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
 from tilefoundry.visitor_registry import SHARDED_EVAL, SPMD_LOWERING

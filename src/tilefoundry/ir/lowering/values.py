@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from tilefoundry.errors import InternalCompilerError
-from tilefoundry.exits.lowering import Lowering
+from tilefoundry.ir.lowering.builder import Lowering
 from tilefoundry.ir.types import DType, TensorType, bool_, f32, i64
 
 _DIRECTIONS = {"<": "LT", "<=": "LE", ">": "GT", ">=": "GE", "==": "EQ", "!=": "NE"}
