@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any
 
-from tilefoundry.errors import UnsupportedError
+from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.exits.spmd.call import Operand, SpmdCall, check_local, leaves
 from tilefoundry.exits.spmd.collectives import Collective, DeviceBody, Shard
 from tilefoundry.exits.spmd.mesh import (
@@ -35,7 +35,7 @@ from tilefoundry.exits.spmd.mesh import (
 )
 from tilefoundry.exits.stablehlo import STABLEHLO_TARGET_VERSION, VERSION_ATTRIBUTE
 from tilefoundry.exits.stablehlo import _module_name as module_name
-from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var
+from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
 from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.hir.walk import all_operands
@@ -121,7 +121,10 @@ class _Emitter:
                 stack.append((node, True))
                 stack.extend((c, False) for c in reversed(all_operands(node)) if c not in values)
                 continue
-            values[node] = self.lower_node(node, values)
+            try:
+                values[node] = self.lower_node(node, values)
+            except VerifyError as err:  # every refusal names the line of the op it refuses
+                raise err.with_location(source_span(node)) from None
         return values[root]
 
     def lower_node(self, node: Expr, values: dict[Expr, Operand]) -> Operand:

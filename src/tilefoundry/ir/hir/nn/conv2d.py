@@ -11,7 +11,9 @@ Relation: domain `[n, o, ho, wo, c, kh, kw]` (c indexes the channels of one grou
 
 Sharding, read off that relation and one soundness fact:
 - a Split of the batch axis (x) or of the output channels (weight, with bias split alike or
-  replicated) carries to the output;
+  replicated) carries to the output; with groups > 1 an output-channel Split fails closed: a
+  device's output channels read their group's input channels, `floor(o / (O/groups))`, which
+  is no plain block of x, so no engine could run it per device;
 - a spatial Split fails closed: the window reads a halo from the neighbouring shard, which no
   ShardLayout expresses;
 - a Split of a summed axis (x's channels, weight's channels or kernel window) fails closed,
@@ -231,6 +233,14 @@ def _typeinfer(op, arg_types, ctx):
         "conv2d sums over that axis: each device's partial sum would add the whole bias, "
         "counting it once per device",
     )
+    if op.groups > 1:
+        refuse_splits_on(
+            op,
+            [("weight", weight, {0}), ("bias", bias, {0})],
+            f"with groups={op.groups} each device's output channels read the input channels "
+            "of their group, which is no plain block of x (neither the mesh simulation nor the "
+            "SPMD exit cuts one)",
+        )
     out_shape = _out_shape(op, x, weight)
     layout = propagate(op, operands, out_shape)
     return TensorType(out_shape, x.dtype, layout, result_storage(op, operands))

@@ -58,6 +58,7 @@ from tilefoundry.visitor_registry import (
     register_eval,
     register_fusion_kind,
     register_sharded_eval,
+    register_spmd_lowering,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -238,6 +239,14 @@ def _sharded_eval(op, args, call):
         )
         results.append(branch.run_blocks(depends=((0, 2, 3, 4), (1, 2, 3, 4)))[0])
     return tuple(results)
+
+
+@register_spmd_lowering(RoPE)
+def _spmd_lowering(op, operands, call):
+    """On devices each branch is the same call of its own as in the simulation: the SPMD
+    exit's `SpmdCall` offers the same `recall` and `run_blocks(depends=)`, so both engines
+    carry out one block plan per branch (and the duplicate branch is dead code XLA drops)."""
+    return _sharded_eval(op, operands, call)
 
 
 register_surface("rope", RoPE)

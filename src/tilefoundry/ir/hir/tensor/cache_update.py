@@ -30,6 +30,7 @@ from tilefoundry.visitor_registry import (
     register_eval,
     register_fusion_kind,
     register_sharded_eval,
+    register_spmd_lowering,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -152,6 +153,18 @@ def _sharded_eval(op: CacheUpdate, args, call):
             )
             for coord in call.coords
         }
+    )
+
+
+@register_spmd_lowering(CacheUpdate)
+def _spmd_lowering(op: CacheUpdate, operands, call):
+    """The simulation's reading on devices: each device writes its share of `new` (cut locally
+    where `new` is replicated and the cache is split) into its block of the cache; the length
+    axis is never split, so cur_pos and s mean the same on every device."""
+    cache, cur_pos, s, new = operands
+    new_axes = tuple(None if a == _LENGTH_AXIS else a for a in range(4))
+    return call.run_local(
+        (call.aligned(cache, tuple(range(4))), cur_pos, s, call.aligned(new, new_axes))
     )
 
 

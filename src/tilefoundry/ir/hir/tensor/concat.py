@@ -43,6 +43,7 @@ from tilefoundry.visitor_registry import (
     register_eval,
     register_fusion_kind,
     register_sharded_eval,
+    register_spmd_lowering,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -246,6 +247,28 @@ def _stack_sharded_eval(op: Stack, args, call):
     return _joined_sharded_eval(
         op, values, call, tuple(j if j < axis else j + 1 for j in range(rank))
     )
+
+
+def _joined_spmd_lowering(values: tuple, call, axes: tuple[int | None, ...]):
+    """On devices as in the simulation: each device joins its shares of the operands (cut
+    locally to the result's blocks where replicated); the joined axis is never split."""
+    return call.run_local((tuple(call.aligned(v, axes) for v in values),))
+
+
+@register_spmd_lowering(Concat)
+def _concat_spmd_lowering(op: Concat, operands, call):
+    (values,) = operands
+    rank = len(values[0].type.shape)
+    axis = op.axis % rank
+    return _joined_spmd_lowering(values, call, tuple(None if j == axis else j for j in range(rank)))
+
+
+@register_spmd_lowering(Stack)
+def _stack_spmd_lowering(op: Stack, operands, call):
+    (values,) = operands
+    rank = len(values[0].type.shape)
+    axis = op.axis % (rank + 1)
+    return _joined_spmd_lowering(values, call, tuple(j if j < axis else j + 1 for j in range(rank)))
 
 
 register_surface("concat", Concat)

@@ -48,6 +48,7 @@ from tilefoundry.visitor_registry import (
     register_eval,
     register_fusion_kind,
     register_sharded_eval,
+    register_spmd_lowering,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -222,22 +223,19 @@ def _check_range(op: Gather, indices: np.ndarray, axis: int, extent: int) -> Non
         )
 
 
-@register_sharded_eval(Gather)
-def _sharded_eval(op: Gather, args, call):
-    """Each device gathers from its own shard of `x`. The other axes are carried (the shard is
-    already the result's block there); on a Split gathered axis a device looks up only the rows
-    it owns and writes zeros for the others, so the devices hold the addends of the
-    Partial(sum) typeinfer claims. A batched gather of a split `x` fails closed, as typeinfer
+def _device_reading(op: Gather, rank: int, n_index: int, call):
+    """What each device's gather reads, for both engines (the evaluator's `ShardedCall` and the
+    SPMD exit's `SpmdCall`): the gathered axis, the result axis each axis of `x` runs along
+    (None for the gathered one), and the mesh axes splitting the gathered axis (whose result
+    must be Partial(sum) there). A batched gather of a split `x` fails closed, as typeinfer
     refuses it."""
-    x, indices = args
-    axis = op.axis % len(x.shape)
+    axis = op.axis % rank
     held = call.splits(0)
     if held and op.batch_dims:
         raise UnsupportedError(
             f"{call.where}: a batched gather of a split 'x' has no block reading"
         )
-    n_index = len(indices.shape)
-    axes = [j if j < axis else j + n_index - 1 for j in range(len(x.shape))]
+    axes = [j if j < axis else j + n_index - 1 for j in range(rank)]
     axes[axis] = None
     owners = held.get(axis, ())
     out = call.out_fields[0]
@@ -247,6 +245,18 @@ def _sharded_eval(op: Gather, args, call):
             f"{call.where}: 'x' is Split on the gathered axis but the result is not "
             "Partial(sum) there, so the devices' row lookups have no reading as the result"
         )
+    return axis, axes, owners
+
+
+@register_sharded_eval(Gather)
+def _sharded_eval(op: Gather, args, call):
+    """Each device gathers from its own shard of `x`. The other axes are carried (the shard is
+    already the result's block there); on a Split gathered axis a device looks up only the rows
+    it owns and writes zeros for the others, so the devices hold the addends of the
+    Partial(sum) typeinfer claims."""
+    x, indices = args
+    axis, axes, owners = _device_reading(op, len(x.shape), len(indices.shape), call)
+    out = call.out_fields[0]
 
     def device(coord):
         x_local = call.aligned(x, coord, axes, own=frozenset({axis}))
@@ -261,6 +271,28 @@ def _sharded_eval(op: Gather, args, call):
         return np.where(mask, rows, np.zeros_like(rows))
 
     return call.wrap({coord: device(coord) for coord in call.coords})
+
+
+@register_spmd_lowering(Gather)
+def _spmd_lowering(op: Gather, operands, call):
+    """The simulation's reading on devices. Each device gathers from its own shard of `x`; the
+    other axes are carried. On a Split gathered axis (the vocab-parallel embedding) a device
+    looks up only the rows it owns (`start <= index < start + rows`, its block's start from its
+    mesh coordinate) and writes zeros elsewhere, so the devices hold the addends of the
+    Partial(sum) typeinfer claims; no collective is emitted (the program's Reshard completes
+    it). Out-of-range indices, an error in the reference, are clamped by `stablehlo.gather`."""
+    x, indices = operands
+    axis, axes, owners = _device_reading(op, len(x.type.shape), len(indices.type.shape), call)
+    x_local = call.aligned(x, axes, own=frozenset({axis}))
+    if not owners:
+        return call.run_local((x_local, indices))
+    table, index = call.value(x_local), call.value(indices)
+    start = call.block_start(0, axis).convert(index.dtype).broadcast_in_dim([], index.shape)
+    mine = (index >= start) & (index < start + table.shape[axis])
+    rows = gather(table, mine.select(index - start, index.full(0)), axis)
+    lookup_axes = list(range(axis, axis + index.rank))
+    mask = mine.broadcast_in_dim(lookup_axes, rows.shape)
+    return call.wrap(mask.select(rows, rows.full(0)))
 
 
 register_surface("gather", Gather)

@@ -37,6 +37,7 @@ from tilefoundry.visitor_registry import (
     register_eval,
     register_fusion_kind,
     register_sharded_eval,
+    register_spmd_lowering,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -285,6 +286,26 @@ def _sharded_eval(op: InsertSlice, args, call):
             )
             for coord in call.coords
         }
+    )
+
+
+@register_spmd_lowering(InsertSlice)
+def _spmd_lowering(op: InsertSlice, operands, call):
+    """The simulation's reading on devices: each device writes its share of `update` into its
+    block of `dst` at the same offsets (an offset on a split axis is 0, the window covering
+    that axis whole, so it means the same on every block)."""
+    dst, update, offsets = operands
+    rank = len(dst.local.shape)
+    window = {
+        a
+        for a, (u, d) in enumerate(
+            zip(call.lw.shape(update.type), call.lw.shape(dst.type), strict=True)
+        )
+        if u != d
+    }
+    update_axes = tuple(None if a in window else a for a in range(rank))
+    return call.run_local(
+        (call.aligned(dst, tuple(range(rank))), call.aligned(update, update_axes), offsets)
     )
 
 

@@ -35,6 +35,7 @@ from tilefoundry.visitor_registry import (
     register_eval,
     register_fusion_kind,
     register_sharded_eval,
+    register_spmd_lowering,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -336,27 +337,50 @@ def _eval(op: Reshape, args, out_type: TensorType) -> np.ndarray:
         raise EvalError(f"{op_name(op)}: cannot reshape {x.shape} to {shape}: {err}") from None
 
 
-@register_sharded_eval(Reshape)
-def _sharded_eval(op: Reshape, args, call):
-    """A reshape moves no data, so each device reshapes its own shard, which is exact only when
-    the claimed result layout gives every device, as its block, the very elements of its input
-    block in the same row-major order. That is checked on the element numbering itself (no
-    reasoning about positions), and any other claim fails closed: it would need a
-    redistribution the op does not perform."""
-    (x,) = args
-    numbering = np.arange(int(np.prod(x.shape, dtype=np.int64)))
-    before, after = numbering.reshape(x.shape), numbering.reshape(call.out_shapes[0])
-    results = {}
+def _check_local_reshape(call, in_shape: tuple[int, ...]) -> None:
+    """A reshape moves no data, so each device may reshape its own shard only when the claimed
+    result layout gives every device, as its block, the very elements of its input block in the
+    same row-major order. That is checked on the element numbering itself (no reasoning about
+    positions) by both engines that run a reshape per device: the evaluator's `ShardedCall`
+    and the SPMD exit's `SpmdCall` read blocks alike (`coords`, `block`). Any other claim fails
+    closed: it would need a redistribution the op does not perform."""
+    numbering = np.arange(int(np.prod(in_shape, dtype=np.int64)))
+    before, after = numbering.reshape(in_shape), numbering.reshape(call.out_shapes[0])
     for coord in call.coords:
         held, block = before[call.block(coord, 0)], after[call.block(coord)]
         if not np.array_equal(held.ravel(), block.ravel()):
             raise UnsupportedError(
                 f"{call.where}: under the claimed result layout device {coord}'s block of "
-                f"{list(call.out_shapes[0])} is not its input block of {list(x.shape)} "
+                f"{list(call.out_shapes[0])} is not its input block of {list(in_shape)} "
                 "relinearised, so no local reshape produces it; reshard x to Broadcast first"
             )
-        results[coord] = np.reshape(call.shard(x, coord), block.shape)
+
+
+@register_sharded_eval(Reshape)
+def _sharded_eval(op: Reshape, args, call):
+    """Each device reshapes its own shard, when `_check_local_reshape` says that is exact."""
+    (x,) = args
+    _check_local_reshape(call, tuple(x.shape))
+    shape = call.out_shapes[0]
+    results = {}
+    for coord in call.coords:
+        block = tuple(
+            len(range(*s.indices(e))) for s, e in zip(call.block(coord), shape, strict=True)
+        )
+        results[coord] = np.reshape(call.shard(x, coord), block)
     return call.wrap(results)
+
+
+@register_spmd_lowering(Reshape)
+def _spmd_lowering(op: Reshape, operands, call):
+    """On devices too each device reshapes its own block, under the same check: a head split
+    `(b, s, h*d) -> (b, s, h, d)` of a Split h*d axis is a local `(b, s, h*d/n) -> (b, s,
+    h/n, d)`, the Split moving to h; a merge back is the inverse. A per-device (Local) operand
+    has no blocks: it is reshaped as it is."""
+    (x,) = operands
+    if not x.per_device:
+        _check_local_reshape(call, call.lw.shape(x.type))
+    return call.run_local((x,))
 
 
 register_surface("reshape", Reshape)

@@ -23,6 +23,7 @@ from tilefoundry.visitor_registry import (
     register_eval,
     register_fusion_kind,
     register_sharded_eval,
+    register_spmd_lowering,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -107,6 +108,20 @@ def _rank_sharded_eval(op: Rank, args, call) -> np.ndarray:
     """The rank, as for ShapeOf: a host value independent of the sharding."""
     (x,) = args
     return np.array(len(x.shape), dtype=np.int64)
+
+
+@register_spmd_lowering(ShapeOf)
+def _shape_of_spmd_lowering(op: ShapeOf, operands, call):
+    """The global logical shape as a constant on every device, as in the simulation (the
+    ordinary rule would read the device's local block shape)."""
+    shape = call.lw.shape(call.arg_types[0])
+    return call.constant(np.array(shape, dtype=np.int64).reshape((len(shape),)))
+
+
+@register_spmd_lowering(Rank)
+def _rank_spmd_lowering(op: Rank, operands, call):
+    """The rank as a constant on every device: independent of the sharding."""
+    return call.constant(np.array(call.arg_types[0].rank, dtype=np.int64))
 
 
 register_surface("shape_of", ShapeOf)
