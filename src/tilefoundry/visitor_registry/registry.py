@@ -76,11 +76,14 @@ execution with a completion combiner, redistribute for Reshard, expose shards fo
 custom per-device function). Consulted only when a call touches a mesh; most ops register none."""
 
 SPMD_LOWERING = Registry("spmd lowering")
-"""The SPMD exit's counterpart of SHARDED_EVAL, for the same few ops:
+"""The SPMD exit's counterpart of SHARDED_EVAL, for exactly the same ops:
 `rule(op, operands, call) -> lowered`, where `operands` are the per-device values and `call` is
-the exit's `SpmdCall` (run the default block lowering with a completion combiner, lower a
-Reshard's collectives, expose a Local block). An op with a SHARDED_EVAL rule and none of these
-fails closed at the SPMD exit; most ops register neither."""
+the exit's `SpmdCall`, whose helpers mirror the evaluator's `ShardedCall` (run the default block
+lowering with a completion combiner, recall one branch, align an operand with the result's
+blocks, run the op's StableHLO rule on local blocks, lower a Reshard's collectives, expose a
+Local block), so a rule says on devices what the op's SHARDED_EVAL rule says on the simulator.
+Every op with a SHARDED_EVAL rule has one (tests/exits/spmd/test_spmd_coverage.py); most ops
+register neither."""
 
 FUSION = Registry("fusion kind")
 """`rule(op) -> FusionKind`: the op's role for the fusion pass (SFEP-0053 §3.5): elementwise, a

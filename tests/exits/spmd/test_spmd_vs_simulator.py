@@ -30,6 +30,7 @@ def _summary(tally) -> str:
         *(f"  skipped {n}: {reason}" for reason, n in sorted(tally.skipped.items())),
         "  per op: " + ", ".join(f"{op} {n}" for op, n in sorted(tally.per_op.items())),
         *(f"  simulator refuses: {line}" for line in tally.sim_refusals),
+        *(f"  exit refuses up front: {line}" for line in tally.exit_refusals),
     ]
     return "\n".join(lines)
 
@@ -37,6 +38,12 @@ def _summary(tally) -> str:
 def test_the_exit_agrees_with_the_simulator_on_every_sampled_combination(tally):
     print(_summary(tally))
     assert tally.failures == [], "\n".join(tally.failures[:20]) + "\n" + _summary(tally)
+
+
+def test_the_exit_refusals_allowed_are_sorted_and_justified():
+    phrases = list(spmd_property.REFUSED_UP_FRONT)
+    assert phrases == sorted(phrases)
+    assert all(why.strip() for why in spmd_property.REFUSED_UP_FRONT.values())
 
 
 def test_every_op_with_mesh_semantics_is_exercised(tally):

@@ -8,6 +8,11 @@ on the LOCAL operand and result types; each result is then settled as the plan s
 result computed whole keeps its block, and a reduced Split whose result is replicated is
 all-reduced with the combiner the op's SPMD_LOWERING rule names (the complete effect). Reshard
 and Local are what their SPMD_LOWERING rules make of `reshard` and `local` here.
+
+An op whose mesh semantics are more than that (it has a SHARDED_EVAL rule) lowers through its
+SPMD_LOWERING rule, which composes the helpers of `SpmdCall`; they mirror the evaluator's
+`ShardedCall` helpers name for name (`run_blocks`, `recall`, `splits`, `coords`, `block`,
+`aligned`), so a rule reads like the op's SHARDED_EVAL rule, and some rules are literally shared.
 """
 
 from __future__ import annotations

@@ -337,38 +337,35 @@ def _eval(op: Reshape, args, out_type: TensorType) -> np.ndarray:
         raise EvalError(f"{op_name(op)}: cannot reshape {x.shape} to {shape}: {err}") from None
 
 
-def _check_local_reshape(call, in_shape: tuple[int, ...]) -> None:
+def _check_local_reshape(call, in_shape: tuple[int, ...]) -> dict:
     """A reshape moves no data, so each device may reshape its own shard only when the claimed
     result layout gives every device, as its block, the very elements of its input block in the
     same row-major order. That is checked on the element numbering itself (no reasoning about
     positions) by both engines that run a reshape per device: the evaluator's `ShardedCall`
     and the SPMD exit's `SpmdCall` read blocks alike (`coords`, `block`). Any other claim fails
-    closed: it would need a redistribution the op does not perform."""
+    closed: it would need a redistribution the op does not perform. Returns each device's
+    result block shape."""
     numbering = np.arange(int(np.prod(in_shape, dtype=np.int64)))
     before, after = numbering.reshape(in_shape), numbering.reshape(call.out_shapes[0])
+    shapes = {}
     for coord in call.coords:
         held, block = before[call.block(coord, 0)], after[call.block(coord)]
+        shapes[coord] = block.shape
         if not np.array_equal(held.ravel(), block.ravel()):
             raise UnsupportedError(
                 f"{call.where}: under the claimed result layout device {coord}'s block of "
                 f"{list(call.out_shapes[0])} is not its input block of {list(in_shape)} "
                 "relinearised, so no local reshape produces it; reshard x to Broadcast first"
             )
+    return shapes
 
 
 @register_sharded_eval(Reshape)
 def _sharded_eval(op: Reshape, args, call):
     """Each device reshapes its own shard, when `_check_local_reshape` says that is exact."""
     (x,) = args
-    _check_local_reshape(call, tuple(x.shape))
-    shape = call.out_shapes[0]
-    results = {}
-    for coord in call.coords:
-        block = tuple(
-            len(range(*s.indices(e))) for s, e in zip(call.block(coord), shape, strict=True)
-        )
-        results[coord] = np.reshape(call.shard(x, coord), block)
-    return call.wrap(results)
+    blocks = _check_local_reshape(call, tuple(x.shape))
+    return call.wrap({c: np.reshape(call.shard(x, c), blocks[c]) for c in call.coords})
 
 
 @register_spmd_lowering(Reshape)
