@@ -287,6 +287,11 @@ def _validation_samples() -> list[Sample]:
             "3x3 pad 1",
         ),
         Sample(Conv2D(), (operand(4, 4, 4, 4), operand(8, 4, 1, 1), operand(8)), "1x1", False),
+        Sample(
+            Conv2D(groups=2),
+            (operand(4, 4, 4, 4), operand(8, 2, 1, 1), operand(8)),
+            "groups 2 (an output-channel split is refused)",
+        ),
     ]
 
 
