@@ -24,6 +24,8 @@ GRID = make_mesh((2, 2), ("dp", "tp"))
 
 ATTENTION_OUT = ShardLayout(Layout((2, 4, 32)), (B,), TP)
 EMBEDDED = ShardLayout(Layout((6, 8)), (B,), TP)
+EMBEDDED_2D = ShardLayout(Layout((2, 3, 8)), (B, B), GRID)
+COLUMNS = ShardLayout(Layout((4, 5)), (B,), TP)
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,18 @@ def tp_attention_oracle(x, wq, wk, wv, wo, cos, sin, pos):
 def vocab_embedding(table: Tensor[(32 @ TP.tp, 8), "f32"], ids: Tensor[(6,), "i32"]):
     rows = tf.gather(table, ids, axis=0)
     return tf.reshard(rows, layout=EMBEDDED, storage="gmem")
+
+
+@func
+def vocab_on_one_axis_of_two(table: Tensor[(32 @ GRID.tp, 8), "f32"], ids: Tensor[(2, 3), "i32"]):
+    rows = tf.gather(table, ids, axis=0)
+    return tf.reshard(rows, layout=EMBEDDED_2D, storage="gmem")
+
+
+@func
+def gather_columns(x: Tensor[(4, 16 @ TP.tp), "f32"], ids: Tensor[(5,), "i32"]):
+    picked = tf.gather(x, ids, axis=1)
+    return tf.reshard(picked, layout=COLUMNS, storage="gmem")
 
 
 # ---- decode step: the KV cache written with its heads sharded, no communication ---------------
@@ -156,6 +170,18 @@ PROGRAMS = {
         lambda rng: (normal(rng, 32, 8), np.array([0, 31, 8, 7, 16, 8], np.int32)),
         ("all_reduce",),
     ),
+    "vocab_on_one_axis_of_two": OpProgram(
+        vocab_on_one_axis_of_two,
+        lambda table, ids: table[ids],
+        lambda rng: (normal(rng, 32, 8), np.array([[0, 31, 9], [8, 23, 16]], np.int32)),
+        ("all_reduce",),
+    ),
+    "gather_columns": OpProgram(
+        gather_columns,
+        lambda x, ids: x[:, ids],
+        lambda rng: (normal(rng, 4, 16), np.array([15, 0, 4, 3, 12], np.int32)),
+        ("all_reduce",),
+    ),
     "decode_cache": OpProgram(
         decode_cache,
         decode_cache_oracle,
@@ -188,5 +214,5 @@ def run(name: str, arrays: tuple):
     from tilefoundry.exits.xla import run_xla
 
     fn = PROGRAMS[name].fn
-    mesh = TP if name in ("tp_attention", "vocab_embedding", "decode_cache") else GRID
+    mesh = next(p.type.layout.mesh for p in fn.params if isinstance(p.type.layout, ShardLayout))
     return run_xla(fn, *arrays, devices=int(np.prod(mesh.shape)))
