@@ -187,12 +187,16 @@ def _typeinfer(op: Reshard, arg_types, ctx) -> TensorType:
             "smem or rmem"
         )
     if op.layout is None:
-        if storage != x.storage:
+        if storage != x.storage and isinstance(x.layout, ShardLayout):
             raise VerifyError(
-                f"{op_name(op)}: a storage change ({x.storage} -> {storage}) must carry an "
-                "explicit layout=; write reshard(x, layout=..., storage=...)"
+                f"{op_name(op)}: a storage change ({x.storage} -> {storage}) of a sharded value "
+                "must carry an explicit layout= (its strides depend on the direction); write "
+                "reshard(x, layout=..., storage=...)"
             )
-        return x
+        # Storage staging of a plain value (DESIGN §4.14): "omitting layout preserves x.layout"
+        # (hir Reshard); a plain value has no per-instance stride form to choose, so the table's
+        # "a storage change must carry a layout" has nothing to decide and the value is copied.
+        return TensorType(x.shape, x.dtype, x.layout, storage)
     return TensorType(x.shape, x.dtype, _target_layout(op, x, storage), storage)
 
 
