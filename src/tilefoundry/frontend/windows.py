@@ -57,13 +57,12 @@ class WindowBuilder(ExpressionBuilder):
             combined = _combine(type(node.op), lhs, rhs)
             if combined is not None:
                 return combined
-            if isinstance(lhs, LoopIndex) or isinstance(rhs, LoopIndex):
-                if isinstance(node.op, ast.Sub) and isinstance(rhs, LoopIndex):
-                    self.diag.refuse(
-                        node,
-                        "a window start that decreases with the loop variable is not supported",
-                        "write the start as i * K + C with a positive compile-time K",
-                    )
+            if isinstance(node.op, ast.Sub) and isinstance(rhs, LoopIndex):
+                self.diag.refuse(
+                    node,
+                    "a window start that decreases with the loop variable is not supported",
+                    "write the start as i * K + C with a positive compile-time K",
+                )
         value = self.eval(node)
         if isinstance(value, TileWindow):
             return LoopIndex(value.start, tile=value.size)
