@@ -219,7 +219,11 @@ def _window_attrs(window: Window) -> dict:
 def _whole(attrs: dict, type_: TensorType) -> bool:
     """Whether a Slice with `attrs` would take every axis of `type_` whole."""
     for b, e, s, extent in zip(
-        attrs["begin"], attrs["end"], attrs["strides"], type_.shape, strict=True
+        attrs["begin"],
+        attrs["end"],
+        attrs["strides"],
+        type_.shape[: len(attrs["begin"])],
+        strict=True,
     ):
         if b != 0 or s != 1 or e not in (None, extent):
             return False

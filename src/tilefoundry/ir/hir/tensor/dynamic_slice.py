@@ -20,6 +20,9 @@ on the windowed axis fails closed — refused here first with the remedy — whi
 propagate as projections. With the windowed axis unsplit, each device's work is the kernel on its
 local block (the block plan holds the windowed axis whole), so no SHARDED_EVAL or SPMD_LOWERING
 rule is needed. Selection commutes with every pending reduction, so Partials carry.
+
+Fusion: a VIEW, like Slice — the window is an index map (`d_k + start`) of its consumer's loop,
+so a tile read fuses into the elementwise work of a loop body instead of being materialised.
 """
 
 from __future__ import annotations
@@ -198,7 +201,7 @@ def _eval(op: DynamicSlice, args, out_type) -> np.ndarray:
 
 
 register_surface("dynamic_slice", DynamicSlice)
-register_fusion_kind(DynamicSlice, FusionKind.BARRIER)
+register_fusion_kind(DynamicSlice, FusionKind.VIEW)
 
 
 @register_validation_samples(DynamicSlice)
