@@ -21,6 +21,7 @@ import numpy as np
 from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import mesh_axis_label, op_name, split_owners, tensor_operands
+from tilefoundry.ir.lowering.mlir_text import is_on_one_device
 from tilefoundry.ir.types import (
     StorageKind,
     TensorType,
@@ -257,9 +258,10 @@ def _validation_samples() -> list[Sample]:
 def _stablehlo(op: Reshard, operands, arg_types, out_type, lw):
     """Between unsharded values a Reshard changes only storage or strides, which StableHLO does
     not model (the engine has already refused a physical layout it cannot express), so it is the
-    identity. A sharded side is a collective: the SPMD exit's business, not this one's."""
+    identity. A sharded side is a collective: the SPMD exit's business, not this one's — except
+    on a cta mesh, whose values are their global values on the one device (`is_on_one_device`)."""
     for what, type_ in (("operand", arg_types[0]), ("result", out_type)):
-        if isinstance(type_.layout, ShardLayout):
+        if isinstance(type_.layout, ShardLayout) and not is_on_one_device(type_.layout):
             raise UnsupportedError(
                 f"Reshard: the {what} is sharded ({type_.layout.attrs}); the single-device "
                 "StableHLO exit has no collectives (use the SPMD exit for meshes)"
