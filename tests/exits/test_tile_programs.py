@@ -1,3 +1,5 @@
+# ruff: noqa: F821
+# Dtype names inside Tensor[...] are strings that ruff reads as forward references.
 """The tile kernels of examples/ end to end (issue 17 "Done when"; DESIGN §4.13, §4.14, §6).
 
 Each example passes `check` (strict verify), runs on the simulator (`evaluate`; flash attention
