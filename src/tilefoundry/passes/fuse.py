@@ -79,18 +79,48 @@ def plan_regions(body: Expr) -> list[list[Call]]:
 def _blocks(body: Expr) -> list[tuple[list[Expr], Expr]]:
     """(nodes in block order, the value the block hands out) for the function body and for each
     loop body. A loop body's block is what it computes per iteration: the nodes that read the
-    loop's induction variable or carries; a loop-invariant node belongs to no loop block (it is
-    computed once, outside), so it never fuses with per-iteration work."""
-    blocks = [(post_order((body,), block_operands), body)]
+    loop's induction variable or carries. A loop-invariant node the body reads is computed once,
+    before the loop, so it belongs to the enclosing block (as the exits hoist it)."""
     reads: dict[Expr, frozenset[Var]] = {}
     for node in post_order((body,)):
+        _reads(node, reads)
+
+    def operands(node: Expr) -> tuple[Expr, ...]:
         if not isinstance(node, GridRegionExpr):
-            continue
+            return block_operands(node)
         local = {node.induction_var, *node.carried_args}
-        roots = (node.body, *node.yield_values)
-        block = [n for n in post_order(roots, block_operands) if _reads(n, reads) & local]
-        blocks.append((block, node.body))
+        return (*node.init_args, *_invariant_frontier(node, local, reads))
+
+    blocks = [(post_order((body,), operands), body)]
+    for node in post_order((body,)):
+        if isinstance(node, GridRegionExpr):
+            local = {node.induction_var, *node.carried_args}
+            roots = (node.body, *node.yield_values)
+            block = [n for n in post_order(roots, operands) if reads[n] & local]
+            blocks.append((block, node.body))
     return blocks
+
+
+def _invariant_frontier(loop: GridRegionExpr, local, reads) -> list[Expr]:
+    """The loop-invariant values its body reads: the first nodes, walking down from the body
+    through per-iteration nodes, that read none of the loop's variables."""
+    found: list[Expr] = []
+    seen: set[Expr] = set()
+    stack = [loop.body, *loop.yield_values]
+    while stack:
+        node = stack.pop()
+        if node in seen or isinstance(node, Var):
+            continue
+        seen.add(node)
+        if not reads[node] & local:
+            found.append(node)
+            continue
+        if isinstance(node, GridRegionExpr):
+            stack.extend(node.init_args)
+            stack.extend(_invariant_frontier(node, {node.induction_var, *node.carried_args}, reads))
+            continue
+        stack.extend(block_operands(node))
+    return found
 
 
 def _reads(node: Expr, memo: dict[Expr, frozenset[Var]]) -> frozenset[Var]:
