@@ -258,6 +258,13 @@ def window_size_not_constant(x: Tensor[(16, 4), "f32"]):
     return acc
 
 
+def window_of_symbolic_tile_step(x: Tensor[(DimVar("T", 4, 65),), "f32"]):
+    acc = tf.zeros((4,), "f32")
+    for i in tile(x.shape[0], x.shape[0] // 4):
+        acc = acc + x[i]
+    return acc
+
+
 def window_over_split_axis(x: Tensor[(16 @ M.x, 4), "f32"]):
     acc = tf.zeros((4, 4), "f32")
     for i in tile(16, 4):
