@@ -128,3 +128,45 @@ def test_a_window_write_lowers_to_dynamic_update_slice():
     fused = compile(tiled_exp)[0]
     assert '"stablehlo.dynamic_update_slice"' in emit_stablehlo(fused)
     np.testing.assert_allclose(np.asarray(run_xla(fused, x)), np.exp(x), rtol=RTOL)
+
+
+def test_an_unprovable_window_is_clamped_alike_on_the_simulator_and_xla():
+    """DESIGN §4.14: a window the frontend cannot prove in range (a symbolic loop bound) has one
+    behaviour everywhere: its start is clamped into [0, extent - size], as StableHLO does. With
+    N = 10 and tile(N, 4) the last window [8, 12) reads [6, 10)."""
+    from tilefoundry import DimVar, Tensor, func, tile
+    from tilefoundry.dsl import tf
+
+    n = DimVar("N", 4, 65)
+
+    @func
+    def tile_sum(x: Tensor[(n,), "f32"]):
+        acc = tf.zeros((4,), "f32")
+        for i in tile(x.shape[0], 4):
+            acc = acc + x[i]
+        return acc
+
+    x = _normal(10)
+    expected = x[0:4] + x[4:8] + x[6:10]
+    np.testing.assert_allclose(evaluate(tile_sum, x), expected, rtol=RTOL)
+    np.testing.assert_allclose(np.asarray(run_xla(tile_sum, x)), expected, rtol=RTOL)
+
+
+def test_staging_a_plain_value_is_a_copy_and_a_no_op_at_xla():
+    """hir Reshard: omitting layout preserves x.layout; `reshard(x, storage="rmem")` of a plain
+    value changes only the storage (DESIGN §4.14): the simulator copies, StableHLO emits nothing."""
+    from tilefoundry import Tensor, func
+    from tilefoundry.dsl import tf
+
+    @func
+    def staged(x: Tensor[(4, 4), "f32"]):
+        return tf.reshard(x, storage="smem")
+
+    x = _normal(4, 4)
+    got = evaluate(staged, x)
+    np.testing.assert_array_equal(got, x)
+    assert got is not x
+    assert staged.return_type.storage.name == "SMEM" and staged.return_type.layout is None
+    text = emit_stablehlo(staged)
+    assert "return %arg0" in text
+    np.testing.assert_array_equal(np.asarray(run_xla(staged, x)), x)
