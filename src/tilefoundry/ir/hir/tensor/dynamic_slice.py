@@ -68,12 +68,13 @@ __all__ = [
     "clamped_start",
     "refuse_windowed_splits",
     "start_index",
+    "static_int",
     "window_relation",
     "window_size_fits",
 ]
 
 
-def _static_int(value: object) -> int:
+def static_int(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise VerifyError(
             f"must be a compile-time int, got {value!r}; a window's size and affine start "
@@ -88,9 +89,9 @@ class DynamicSlice(Op):
     x = ParamDef("input")
     start = ParamDef("input")
     axis = ParamDef("attribute", int)
-    size = ParamDef("attribute", int, validate=_static_int)
-    scale = ParamDef("attribute", int, default=1, validate=_static_int)
-    offset = ParamDef("attribute", int, default=0, validate=_static_int)
+    size = ParamDef("attribute", int, validate=static_int)
+    scale = ParamDef("attribute", int, default=1, validate=static_int)
+    offset = ParamDef("attribute", int, default=0, validate=static_int)
 
 
 def check_start(op: Op, start: TensorType) -> None:

@@ -26,6 +26,7 @@ from tilefoundry.ir.hir.tensor.dynamic_slice import (
     check_start,
     clamped_start,
     start_index,
+    static_int,
     window_size_fits,
 )
 from tilefoundry.ir.hir.tensor.insert_slice import check_write_sharding, destination_storage
@@ -52,12 +53,6 @@ from tilefoundry.visitor_registry.validation_samples import Sample, constant_ope
 __all__ = ["DynamicUpdateSlice"]
 
 
-def _static_int(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise VerifyError(f"must be a compile-time int, got {value!r}")
-    return int(value)
-
-
 class DynamicUpdateSlice(Op):
     """`x` with `x[..., scale * start + offset : ... + update.shape[axis], ...] = update`."""
 
@@ -65,8 +60,8 @@ class DynamicUpdateSlice(Op):
     update = ParamDef("input")
     start = ParamDef("input")
     axis = ParamDef("attribute", int)
-    scale = ParamDef("attribute", int, default=1, validate=_static_int)
-    offset = ParamDef("attribute", int, default=0, validate=_static_int)
+    scale = ParamDef("attribute", int, default=1, validate=static_int)
+    offset = ParamDef("attribute", int, default=0, validate=static_int)
 
 
 def _window(op: DynamicUpdateSlice, x: TensorType, update: TensorType) -> tuple[int, int]:
