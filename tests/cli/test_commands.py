@@ -8,12 +8,15 @@ from cli.conftest import EXAMPLES
 EXAMPLE_FILES = sorted(p.name for p in EXAMPLES.glob("*.py"))
 
 
-def test_the_examples_are_the_documented_six():
+def test_the_examples_are_the_documented_nine():
     assert EXAMPLE_FILES == [
         "dispatch_kernel.py",
+        "flash_attention.py",
         "megatron_mlp.py",
         "mesh_2d.py",
         "mlp.py",
+        "online_softmax.py",
+        "tiled_matmul.py",
         "tiled_reduction.py",
         "transformer_block.py",
     ]

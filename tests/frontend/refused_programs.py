@@ -240,9 +240,56 @@ def carry_changes_type(x: V):
 
 
 def runtime_slice_bound(x: Tensor[(16, 4), "f32"]):
-    acc = x[0:4]
+    return x[x[0, 0] : 4]
+
+
+# DESIGN §4.14 loop windows: located refusals, each with its fix.
+def window_wider_than_axis(x: Tensor[(8, 4), "f32"]):
+    acc = tf.zeros((16, 4), "f32")
+    for i in tile(16, 16):
+        acc = acc + x[i]
+    return acc
+
+
+def window_size_not_constant(x: Tensor[(16, 4), "f32"]):
+    acc = tf.zeros((4, 4), "f32")
+    for i in range(4):
+        acc = acc + x[i : 2 * i]
+    return acc
+
+
+def window_of_symbolic_tile_step(x: Tensor[(DimVar("T", 4, 65),), "f32"]):
+    acc = tf.zeros((4,), "f32")
+    for i in tile(x.shape[0], x.shape[0] // 4):
+        acc = acc + x[i]
+    return acc
+
+
+def window_over_split_axis(x: Tensor[(16 @ M.x, 4), "f32"]):
+    acc = tf.zeros((4, 4), "f32")
     for i in tile(16, 4):
         acc = acc + x[i]
+    return acc
+
+
+def window_past_the_end(x: Tensor[(10, 4), "f32"]):
+    acc = tf.zeros((4, 4), "f32")
+    for i in tile(10, 4):
+        acc = acc + x[i]
+    return acc
+
+
+def window_moving_backwards(x: Tensor[(16, 4), "f32"]):
+    acc = tf.zeros((4, 4), "f32")
+    for i in range(4):
+        acc = acc + x[12 - i : 16 - i]
+    return acc
+
+
+def window_write_of_two_axes(x: Tensor[(16, 16), "f32"]):
+    acc = tf.zeros((16, 16), "f32")
+    for i in tile(16, 4):
+        acc[i, i] = x[i, i]
     return acc
 
 

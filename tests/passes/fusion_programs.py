@@ -3,7 +3,7 @@
 """DSL programs for the fusion golden tests: one per required pattern or barrier (SFEP §3.5, §8)."""
 
 from tilefoundry.dsl import tf
-from tilefoundry.frontend import Tensor, func
+from tilefoundry.frontend import Tensor, func, tile
 from tilefoundry.ir.types.shard import make_mesh
 
 TP = make_mesh((4,), ("tp",))
@@ -87,6 +87,18 @@ def transformer_block(
     return x1 + gated @ w_down
 
 
+@func
+def loop_body(x: Tensor[(8, 64), "f32"], bias: Tensor[(8, 1), "f32"]):
+    """DESIGN §6: a loop body fuses by the ordinary rules, and never with ops outside it
+    (`shifted` is loop-invariant: it stays outside the loop's regions)."""
+    shifted = tf.exp(bias) * 2.0
+    total = tf.zeros((8, 1), "f32")
+    for j in tile(64, 16):
+        window = x[:, j] - shifted
+        total = total + tf.reduce(tf.exp(window) * 0.5, axes=(1,), keepdim=True, kind="sum")
+    return total
+
+
 CASES = [
     elementwise_chain,
     second_consumer,
@@ -99,4 +111,5 @@ CASES = [
     transpose_not_view_like,
     transpose_view_like,
     transformer_block,
+    loop_body,
 ]

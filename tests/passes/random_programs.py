@@ -1,10 +1,11 @@
 """Random well-typed HIR DAGs for the pass property tests.
 
 A program starts from a few parameters (f32, i32 and bool, full and lower rank) and applies random
-elementwise, comparison, select, reduce, matmul, transpose, reshape, broadcast and literal ops to
-values already built, so operands are shared and implicit broadcasts and scalar literals appear as
-the DSL would leave them. `pick(options)` is the only source of choice, so the same generator runs
-under hypothesis (`data.draw`) and under a seeded `random.Random` (the subprocess determinism test).
+elementwise, comparison, select, reduce, matmul, transpose, reshape, broadcast, literal and loop
+ops to values already built, so operands are shared and implicit broadcasts and scalar literals
+appear as the DSL would leave them. `pick(options)` is the only source of choice, so the same
+generator runs under hypothesis (`data.draw`) and under a seeded `random.Random` (the subprocess
+determinism test).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 
 from tilefoundry.ir.core import Call, Constant, Expr, Tuple, Var
 from tilefoundry.ir.hir import Function
+from tilefoundry.ir.hir.grid_region import make_grid_region
 from tilefoundry.ir.hir.math import Binary, BinaryKind, Unary, UnaryKind
 from tilefoundry.ir.hir.nn import MatMul
 from tilefoundry.ir.hir.tensor import BroadcastTo, Reduce, ReduceKind, Reshape, Transpose, Where
@@ -54,7 +56,9 @@ def _step(pool: list[Expr], pick: Pick) -> Expr | None:
     a = pick(pool)
     t = a.type
     numeric = not t.dtype.is_bool
-    kind = pick(("unary", "binary", "compare", "where", "reduce", "matmul", "view", "literal"))
+    kind = pick(
+        ("unary", "binary", "compare", "where", "reduce", "matmul", "view", "literal", "loop")
+    )
     if kind == "unary":
         if not numeric:
             return _call(Unary(kind=UnaryKind.NOT), a)
@@ -94,7 +98,32 @@ def _step(pool: list[Expr], pick: Pick) -> Expr | None:
     if kind == "literal" and numeric:
         value = 1.5 if t.dtype.is_float else np.int32(2)
         return _call(Binary(kind=pick((BinaryKind.ADD, BinaryKind.MUL))), a, Constant(value))
+    if kind == "loop" and numeric:
+        return _loop(pool, a, pick)
     return None
+
+
+def _loop(pool: list[Expr], init: Expr, pick: Pick) -> Expr:
+    """A 3-trip loop carrying `init`: `carry = carry <op> u(carry <op> b)` with `b` from the
+    pool, sometimes through a loop-invariant unary (DESIGN §6: the body fuses as a block of its
+    own; the invariant part belongs to the enclosing block)."""
+    t = init.type
+    partners = [b for b in pool if b.type.dtype == t.dtype and _suffix_compatible(t, b.type)]
+    partner = pick(partners)
+    if pick((True, False)):
+        partner = _call(Unary(kind=UnaryKind.ABS), partner)
+    unary = (UnaryKind.NEG, UnaryKind.ABS)
+    outer, inner, kind = pick(ARITH), pick(ARITH), pick(unary)
+
+    def build(_index, phis):
+        (carry,) = phis
+        step = _call(Unary(kind=kind), _call(Binary(kind=inner), carry, partner))
+        if step.type != carry.type:  # the partner broadcast the carry: reduce it back
+            step = _call(Binary(kind=inner), carry, carry)
+        value = _call(Binary(kind=outer), carry, step)
+        return value, (value,)
+
+    return make_grid_region((init,), 3, build)
 
 
 def random_function(pick: Pick, name: str = "random") -> Function:

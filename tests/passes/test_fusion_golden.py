@@ -80,3 +80,18 @@ def test_fused_program_computes_the_same(fn):
     want, got = (v if isinstance(v, tuple) else (v,) for v in (want, got))
     for a, b in zip(want, got, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_loop_body_fuses_inside_and_only_inside():
+    """DESIGN §6: elementwise work and its reduction fuse inside the loop body (the window read
+    joins as a view); the loop-invariant `exp(bias) * 2` (and its broadcast to the tile) is
+    computed once before the loop, so it is fused there, in the enclosing block."""
+    assert _kinds(programs.loop_body) == [
+        ("loop", ("unary", "broadcastto", "binary", "broadcastto")),
+        ("reduction", ("dynamicslice", "binary", "unary", "binary", "reduce")),
+    ]
+    x = RNG.standard_normal((8, 64)).astype(np.float32)
+    bias = RNG.standard_normal((8, 1)).astype(np.float32)
+    expected = (np.exp(x - np.exp(bias) * 2.0) * 0.5).sum(axis=1, keepdims=True)
+    fused = compile(programs.loop_body)[0]
+    np.testing.assert_allclose(evaluate(fused, x, bias), expected, rtol=1e-5)

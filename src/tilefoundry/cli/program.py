@@ -180,11 +180,14 @@ def load_inputs(fn: Function, paths: list[str]) -> list[np.ndarray]:
 
 
 def mesh_devices(fn: Function) -> int | None:
-    """The device count of the mesh the function's signature is sharded over, if any."""
+    """The device count of the mesh the function's signature is sharded over, if any. A cta
+    mesh's CTAs share one device (DESIGN §4.13), so a cta-mesh program needs no devices."""
     types = [p.type for p in fn.params]
     types.append(fn.body.type if fn.body is not None else fn.return_type)
     for type_ in types:
         layout = getattr(type_, "layout", None)
         if isinstance(layout, ShardLayout):
+            if all(t.name == "cta" for t in layout.mesh.topologies):
+                continue
             return int(np.prod([int(e) for e in layout.mesh.shape]))
     return None

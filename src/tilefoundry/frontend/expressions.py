@@ -73,6 +73,8 @@ class ExpressionBuilder:
         self.ctx = ctx
         self.naming: tuple[ast.AST, str] | None = None
         self.current: ast.AST | None = None
+        self.loop_domains: dict[Any, tuple[Any, Any, Any]] = {}
+        """induction Var -> (start, stop, step) of its loop, to prove windows in range."""
 
     # ---- helpers --------------------------------------------------------------------------------
 

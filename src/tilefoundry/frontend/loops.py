@@ -117,6 +117,7 @@ class LoopBuilder(SubscriptBuilder):
         induction = Var(
             node.target.id, INDUCTION_TYPE, metadata=(self.diag.source.span(node.target),)
         )
+        self.loop_domains[induction] = (start, stop, step)
         before = set(self.env.local)
         for name, phi in zip(names, phis, strict=True):
             self.env.bind(name, phi)

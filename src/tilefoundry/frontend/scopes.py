@@ -115,7 +115,19 @@ def assigned_names(statements: list[ast.stmt]) -> dict[str, ast.AST]:
             elif isinstance(node, ast.AugAssign | ast.AnnAssign):
                 targets = [node.target]
             for target in targets:
-                for leaf in ast.walk(target):
-                    if isinstance(leaf, ast.Name):
-                        found.setdefault(leaf.id, leaf)
+                for leaf in _target_names(target):
+                    found.setdefault(leaf.id, leaf)
     return found
+
+
+def _target_names(target: ast.AST) -> list[ast.Name]:
+    """The names an assignment target binds: `acc[:, i] = v` rebinds `acc` (not `i`)."""
+    if isinstance(target, ast.Name):
+        return [target]
+    if isinstance(target, ast.Subscript):
+        return _target_names(target.value) if isinstance(target.value, ast.Name) else []
+    if isinstance(target, ast.Tuple | ast.List):
+        return [n for element in target.elts for n in _target_names(element)]
+    if isinstance(target, ast.Starred):
+        return _target_names(target.value)
+    return []

@@ -135,6 +135,9 @@ class BodyBuilder(LoopBuilder):
         if isinstance(target, ast.Tuple | ast.List):
             self._unpack(target, value)
             return
+        if isinstance(target, ast.Subscript):
+            self.write_window(target, value)
+            return
         self.diag.refuse(
             target,
             "only names can be assigned; tensors are immutable values",

@@ -1,10 +1,11 @@
 """Subscripts: `x[1:3, :, 0]` is one `tf.slice`, `t[0]` on a tuple value is `tf.tuple_get_item`.
 
 hir §1.3 prefers the subscript spelling for sub-tensors. A slice keeps its axis, an int drops it
-(Slice's `squeeze_axes`), `...` stands for the axes not written. Bounds must be compile-time: the
-Slice op takes static windows, so a loop variable cannot index (parser §1.9's runtime-start form
-needs an op with a runtime offset, which HIR does not have). A negative int counts from the end
-and therefore needs a static extent.
+(Slice's `squeeze_axes`), `...` stands for the axes not written. A negative int counts from the
+end and therefore needs a static extent. A bound that is an affine form of a loop variable is a
+loop window (`frontend.windows`, DESIGN §4.14): each becomes a `tf.dynamic_slice`, and the static
+entries one `tf.slice` after them. `acc[:, i] = tile` writes one loop window
+(`tf.dynamic_update_slice`) and rebinds `acc`.
 """
 
 from __future__ import annotations
@@ -12,16 +13,17 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from tilefoundry.frontend.expressions import ExpressionBuilder, is_runtime
+from tilefoundry.frontend.expressions import is_runtime
+from tilefoundry.frontend.windows import LoopIndex, Window, WindowBuilder
 from tilefoundry.ir.core import Expr
 from tilefoundry.ir.types import TensorType, TupleType, format_dim
 from tilefoundry.ir.types.shard.int_tuple import is_int
 
 
-class SubscriptBuilder(ExpressionBuilder):
+class SubscriptBuilder(WindowBuilder):
     def eval_Subscript(self, node: ast.Subscript) -> Any:
         owner = self.eval(node.value)
-        if not is_runtime(owner):
+        if not is_runtime(owner) and not isinstance(owner, LoopIndex):
             index = self.eval(node.slice)
             if is_runtime(index):
                 self.diag.refuse(
@@ -61,12 +63,12 @@ class SubscriptBuilder(ExpressionBuilder):
         for element in written:
             if isinstance(element, ast.Slice):
                 bounds = [
-                    None if b is None else self.eval(b)
+                    None if b is None else self.loop_index(b)
                     for b in (element.lower, element.upper, element.step)
                 ]
                 entries.append((element, slice(*bounds)))
             else:
-                entries.append((element, self.eval(element)))
+                entries.append((element, self.loop_index(element)))
         ellipses = [i for i, (_, v) in enumerate(entries) if v is Ellipsis]
         if len(ellipses) > 1:
             self.diag.refuse(node, "a subscript holds at most one ...", "keep one ...")
@@ -82,13 +84,41 @@ class SubscriptBuilder(ExpressionBuilder):
             )
         return entries
 
+    def windows(self, node: ast.Subscript, type_: TensorType) -> tuple[list, list[Window]]:
+        """The subscript's entries with each loop window taken out (its entry becomes `:`)."""
+        entries, windows = [], []
+        for axis, (element, value) in enumerate(self._entries(node, type_.rank)):
+            window = None
+            if isinstance(value, LoopIndex):
+                window = self.window_of_index(element, axis, value)
+            elif isinstance(value, slice) and any(
+                isinstance(b, LoopIndex) for b in (value.start, value.stop, value.step)
+            ):
+                window = self.window_of_slice(element, axis, value.start, value.stop)
+            if window is None:
+                entries.append((element, value))
+                continue
+            self.prove_window(window, type_.shape[axis])
+            windows.append(window)
+            entries.append((element, slice(None)))
+        return entries, windows
+
     def _slice(self, node: ast.Subscript, owner: Expr) -> Expr:
         type_ = owner.type
         if not isinstance(type_, TensorType):
             self.diag.refuse(node, f"cannot subscript a value of type {type_}")
+        entries, windows = self.windows(node, type_)
+        for window in windows:
+            owner = self.surface_call(
+                window.node, "dynamic_slice", [owner, window.index.var], _window_attrs(window)
+            )
+        type_ = owner.type
+        dropped = {w.axis for w in windows if w.drop}
         begin, end, strides, squeeze = [], [], [], []
-        for axis, (element, value) in enumerate(self._entries(node, type_.rank)):
+        for axis, (element, value) in enumerate(entries):
             extent = type_.shape[axis]
+            if axis in dropped:
+                value = 0
             if isinstance(value, slice):
                 for bound in (value.start, value.stop, value.step):
                     self._static_bound(element, bound)
@@ -126,7 +156,45 @@ class SubscriptBuilder(ExpressionBuilder):
             "strides": tuple(1 if s is None else s for s in strides),
             "squeeze_axes": tuple(squeeze),
         }
+        if windows and not squeeze and _whole(attrs, type_):
+            return owner
         return self.surface_call(node, "slice", [owner], attrs)
+
+    def write_window(self, target: ast.Subscript, value: Any) -> None:
+        """`acc[:, i] = tile`: `acc` rebound to acc with its loop window replaced by `tile`."""
+        if not isinstance(target.value, ast.Name):
+            self.diag.refuse(
+                target, "only a named tensor's window can be written", "write acc[:, i] = tile"
+            )
+        owner = self.eval(target.value)
+        if not isinstance(owner, Expr) or not isinstance(owner.type, TensorType):
+            self.diag.refuse(
+                target, "only a tensor's window can be written", "write acc[:, i] = tile"
+            )
+        entries, windows = self.windows(target, owner.type)
+        whole = all(isinstance(v, slice) and v == slice(None) for _, v in entries)
+        if len(windows) != 1 or not whole:
+            self.diag.refuse(
+                target,
+                "a subscript assignment writes exactly one loop window, every other axis whole",
+                "write acc[:, i] = tile with i a loop variable (or acc[i:i + K] = tile)",
+            )
+        (window,) = windows
+        update = self.tensor_operand(target, value, [owner])
+        if window.drop:
+            shape = list(owner.type.shape)
+            shape[window.axis] = 1
+            update = self.surface_call(target, "reshape", [update], {"new_shape": tuple(shape)})
+        attrs = _window_attrs(window)
+        del attrs["size"]
+        written = self.surface_call(
+            target,
+            "dynamic_update_slice",
+            [owner, update, window.index.var],
+            attrs,
+            target.value.id,
+        )
+        self.env.bind(target.value.id, written)
 
     def _static_bound(self, node: ast.AST, value: Any) -> Any:
         if value is None or is_int(value):
@@ -134,9 +202,29 @@ class SubscriptBuilder(ExpressionBuilder):
         if is_runtime(value):
             self.diag.refuse(
                 node,
-                "a runtime value cannot be a slice bound; Slice takes static windows",
-                "slice with compile-time ints (loop variables cannot index)",
+                "a runtime tensor cannot be a slice bound; a window start is a loop variable in "
+                "an affine form (i, i + C, i * K + C)",
+                "slice with compile-time ints, or with x[i:i + K] / x[:, i] in a loop",
             )
         self.diag.refuse(
             node, f"slice bound {value!r} must be a compile-time int", "use an int or None"
         )
+
+
+def _window_attrs(window: Window) -> dict:
+    index = window.index
+    return {"axis": window.axis, "size": window.size, "scale": index.scale, "offset": index.offset}
+
+
+def _whole(attrs: dict, type_: TensorType) -> bool:
+    """Whether a Slice with `attrs` would take every axis of `type_` whole."""
+    for b, e, s, extent in zip(
+        attrs["begin"],
+        attrs["end"],
+        attrs["strides"],
+        type_.shape[: len(attrs["begin"])],
+        strict=True,
+    ):
+        if b != 0 or s != 1 or e not in (None, extent):
+            return False
+    return True

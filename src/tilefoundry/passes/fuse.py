@@ -5,8 +5,10 @@ visited before its producers. An op that no region holds yet seeds a region, whi
 toward its producers: each member's operands are offered, left to right, to `is_fusible_edge`
 (legality) and then `should_fuse` (profitability), repeating until nothing joins (a producer
 refused because one of its users was not yet a member is offered again once it is). A region
-of one op saves nothing and is not formed. Loop bodies are blocks of their own and are left
-unfused; a value a loop body reads is used outside the block and therefore never fuses.
+of one op saves nothing and is not formed. A loop body is a block of its own (DESIGN §6: the
+body's boundary is a barrier): its per-iteration ops fuse among themselves by the same rules,
+never with ops outside the loop, and a carry's yield is used by the loop so it stays a region
+result.
 
 The rewrite replaces each region's output by a Call of a FusionRegion whose body re-creates the
 member ops (same targets, same types, same source spans) over fresh input Vars, in block order.
@@ -22,8 +24,8 @@ from typing import Any
 from tilefoundry.errors import InternalCompilerError
 from tilefoundry.inspect.printer import op_mnemonic
 from tilefoundry.ir.core import BindingName, Call, Constant, Expr, Var
-from tilefoundry.ir.hir import Function, FusionRegion
-from tilefoundry.ir.hir.walk import block_operands
+from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
+from tilefoundry.ir.hir.walk import all_operands, block_operands
 from tilefoundry.passes.fusion_rules import (
     fusion_kind,
     is_fusible_edge,
@@ -65,10 +67,79 @@ class FusionReport:
 
 
 def plan_regions(body: Expr) -> list[list[Call]]:
-    """The regions of one block, each as its members in block order; deterministic."""
-    block = post_order((body,), block_operands)
-    block_set = set(block)
+    """The regions of every block under `body` (its own, then each loop body's), each as its
+    members in block order; deterministic."""
     use = users(post_order((body,)))
+    regions: list[list[Call]] = []
+    for block, returned in _blocks(body):
+        regions += _plan_block(block, use, returned)
+    return regions
+
+
+def _blocks(body: Expr) -> list[tuple[list[Expr], Expr]]:
+    """(nodes in block order, the value the block hands out) for the function body and for each
+    loop body. A loop body's block is what it computes per iteration: the nodes that read the
+    loop's induction variable or carries. A loop-invariant node the body reads is computed once,
+    before the loop, so it belongs to the enclosing block (as the exits hoist it)."""
+    reads: dict[Expr, frozenset[Var]] = {}
+    for node in post_order((body,)):
+        _reads(node, reads)
+
+    def operands(node: Expr) -> tuple[Expr, ...]:
+        if not isinstance(node, GridRegionExpr):
+            return block_operands(node)
+        local = {node.induction_var, *node.carried_args}
+        return (*node.init_args, *_invariant_frontier(node, local, reads))
+
+    blocks = [(post_order((body,), operands), body)]
+    for node in post_order((body,)):
+        if isinstance(node, GridRegionExpr):
+            local = {node.induction_var, *node.carried_args}
+            roots = (node.body, *node.yield_values)
+            block = [n for n in post_order(roots, operands) if reads[n] & local]
+            blocks.append((block, node.body))
+    return blocks
+
+
+def _invariant_frontier(loop: GridRegionExpr, local, reads) -> list[Expr]:
+    """The loop-invariant values its body reads: the first nodes, walking down from the body
+    through per-iteration nodes, that read none of the loop's variables."""
+    found: list[Expr] = []
+    seen: set[Expr] = set()
+    stack = [loop.body, *loop.yield_values]
+    while stack:
+        node = stack.pop()
+        if node in seen or isinstance(node, Var):
+            continue
+        seen.add(node)
+        if not reads[node] & local:
+            found.append(node)
+            continue
+        if isinstance(node, GridRegionExpr):
+            stack.extend(node.init_args)
+            stack.extend(_invariant_frontier(node, {node.induction_var, *node.carried_args}, reads))
+            continue
+        stack.extend(block_operands(node))
+    return found
+
+
+def _reads(node: Expr, memo: dict[Expr, frozenset[Var]]) -> frozenset[Var]:
+    """The Vars `node` depends on (a loop's own variables are bound inside it, not read)."""
+    for item in post_order((node,)):
+        if item in memo:
+            continue
+        if isinstance(item, Var):
+            memo[item] = frozenset((item,))
+            continue
+        inner = frozenset().union(*(memo[c] for c in all_operands(item)))
+        if isinstance(item, GridRegionExpr):
+            inner -= {item.induction_var, *item.carried_args}
+        memo[item] = inner
+    return memo[node]
+
+
+def _plan_block(block: list[Expr], use, returned: Expr) -> list[list[Call]]:
+    block_set = set(block)
     taken: set[Expr] = set()
     regions: list[list[Call]] = []
     for seed in reversed(block):
@@ -81,7 +152,7 @@ def plan_regions(body: Expr) -> list[list[Call]]:
             for member in list(members):
                 for producer in member.args:
                     if producer in taken or not is_fusible_edge(
-                        producer, member, member_set, use, block_set, body
+                        producer, member, member_set, use, block_set, returned
                     ):
                         continue
                     if should_fuse(producer, member_set, use):

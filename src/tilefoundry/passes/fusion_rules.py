@@ -12,8 +12,9 @@ The operation legality rule, by the producer's and consumer's `FusionKind`:
 - REDUCTION and CONTRACTION ops are roots: a root is never a producer inside a region, so nothing
   in a region reads a root and two roots never share one.
 - VIEW ops join only when view-like, i.e. expressible as an index map of the consumer's loop with no
-  intervening copy. BroadcastTo (constant axes), Reshape (row-major linearisation) and Slice
-  (offset/stride map) always are, provided neither side carries an explicit physical Layout (a
+  intervening copy. BroadcastTo (constant axes), Reshape (row-major linearisation), Slice
+  (offset/stride map) and DynamicSlice (an offset map whose offset is a loop's scalar) always
+  are, provided neither side carries an explicit physical Layout (a
   declared layout is a storage contract that a view would silently reinterpret). Transpose is
   view-like only when *every* consumer of it inside the region is ELEMENTWISE: the permutation then
   folds into the elementwise loop's index map. A transpose feeding a reduction or contraction root
@@ -34,7 +35,7 @@ from tilefoundry.passes.graph import type_bytes
 from tilefoundry.visitor_registry import FUSION, FusionKind
 
 ROOT_KINDS = frozenset({FusionKind.REDUCTION, FusionKind.CONTRACTION})
-ALWAYS_VIEW_LIKE = frozenset({"BroadcastTo", "Reshape", "Slice"})
+ALWAYS_VIEW_LIKE = frozenset({"BroadcastTo", "DynamicSlice", "Reshape", "Slice"})
 
 
 def fusion_kind(node: Expr) -> FusionKind:

@@ -77,11 +77,20 @@ def static_shape(type_: TensorType, bindings: Mapping[Any, int] | None = None) -
     return tuple(dims)
 
 
+def is_on_one_device(layout: object) -> bool:
+    """A ShardLayout over a `cta` mesh: the CTAs of ONE device share its work (DESIGN §4.13), so
+    the single-device exit runs the program's unsharded meaning — each value its global value,
+    as the mesh simulation gathers it (DESIGN §4.12) — and the CTA grid is a schedule it leaves
+    to XLA. Per-CTA values (Local) have no global value and stay refused by their own rule."""
+    return isinstance(layout, ShardLayout) and all(t.name == "cta" for t in layout.mesh.topologies)
+
+
 def check_logical_layout(type_: TensorType, what: str) -> None:
     """SFEP §3.7 / DESIGN §6: StableHLO has no physical layout, so only the default row-major
-    order (or no layout) is expressible here; a sharded value belongs to the SPMD exit."""
+    order (or no layout) is expressible here; a value sharded over devices belongs to the SPMD
+    exit (a cta-mesh value is its global value here, `is_on_one_device`)."""
     layout = type_.layout
-    if layout is None:
+    if layout is None or is_on_one_device(layout):
         return
     if isinstance(layout, ShardLayout):
         raise UnsupportedError(

@@ -205,6 +205,18 @@ class Value:
         starts[axis], limits[axis] = start, limit
         return self.slice(starts, limits)
 
+    def dynamic_slice(self, starts: Sequence[Value], sizes: Sequence[int]) -> Value:
+        """The `sizes` window at runtime `starts` (rank-0 values of one integer dtype). StableHLO
+        clamps each start into [0, extent - size] instead of failing."""
+        operand_types = ", ".join(self.lw.type(v.type) for v in (self, *starts))
+        names = ", ".join(v.name for v in (self, *starts))
+        shape = tuple(int(s) for s in sizes)
+        name = self.lw.op(
+            f'"stablehlo.dynamic_slice"({names}) <{{slice_sizes = {_i64s(shape)}}}> : '
+            f"({operand_types}) -> {self.lw.type(self._retyped(shape))}"
+        )
+        return self._new(name, shape)
+
     def dynamic_update_slice(self, update: Value, starts: Sequence[Value]) -> Value:
         """`update` written at runtime `starts` (rank-0 values of one integer dtype). StableHLO
         clamps each start into [0, extent - update extent] instead of failing."""

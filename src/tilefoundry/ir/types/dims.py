@@ -495,6 +495,12 @@ def dim_upper_bound(dim: ShapeDim) -> int | None:
     return _interval(normalize_dim(dim))[1]
 
 
+def dim_lower_bound(dim: ShapeDim) -> int | None:
+    """The smallest value `dim` can take (a DimVar's is `lo`), composed like `dim_upper_bound`;
+    None where it does not compose. It proves a window fits a symbolic axis (DESIGN §4.14)."""
+    return _interval(normalize_dim(dim))[0]
+
+
 # ---- printing -----------------------------------------------------------------------------------
 
 # Precedence levels for parenthesisation: sums < products/divisions < atoms.

@@ -168,6 +168,9 @@ ACCEPT = [
         t((8,), layout=sl((4, 2), (2, 1), (S(0),), Z)),
     ),
     ("storage as a string", Reshard(layout=None, storage="gmem"), t((4,)), t((4,))),
+    # hir Reshard: "omitting layout preserves x.layout" -- a plain value staged into rmem
+    # (DESIGN §4.14 storage staging) keeps its (absent) layout and changes its storage.
+    ("plain value staged into rmem", reshard(storage="rmem"), t((4,)), t((4,), storage="rmem")),
 ]
 
 
@@ -185,8 +188,14 @@ def test_result_strides_are_always_materialised():
 
 
 REJECT = [
-    # hir Reshard table: layout=None with a storage change is an error.
-    ("storage change without layout", reshard(storage="rmem"), t((4,)), r"must carry an explicit"),
+    # hir Reshard table: layout=None with a storage change is an error (kept for sharded values,
+    # whose strides depend on the direction; a plain value is staged, DESIGN §4.14).
+    (
+        "storage change of a sharded value without layout",
+        reshard(storage="rmem"),
+        sharded((8,), X, S(0)),
+        r"must carry an explicit",
+    ),
     # hir Reshard: destination storage is concrete, not unmaterialized.
     ("umat destination", reshard(storage="umat"), t((4,)), r"Reshard: the destination storage"),
     (

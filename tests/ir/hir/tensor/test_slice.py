@@ -61,6 +61,9 @@ CASES = [
     # symbolic extents: only the whole axis (indices cannot be normalised statically)
     ("symbolic whole", op((None, 1), (None, 3)), plain((SEQ, 8)), plain((SEQ, 2))),
     ("symbolic window", op((0,), (4,)), plain((SEQ,)), r"symbolic extent SEQ.*whole axis"),
+    # DESIGN §4.14: a window inside the smallest extent (SEQ >= 1) is provably in range
+    ("symbolic window inside the lower bound", op((0,), (1,)), plain((SEQ, 8)), plain((1, 8))),
+    ("symbolic window, negative end", op((0,), (-1,)), plain((SEQ,)), r"symbolic extent SEQ"),
     # a Split on an axis taken whole carries; on an untouched axis it carries
     ("Split on untouched axis", op((None, 2), (None, 6)), sharded((16, 8), X, S(0)),
      sharded((16, 4), X, S(0))),

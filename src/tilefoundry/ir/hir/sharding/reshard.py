@@ -21,6 +21,7 @@ import numpy as np
 from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import mesh_axis_label, op_name, split_owners, tensor_operands
+from tilefoundry.ir.lowering.mlir_text import is_on_one_device
 from tilefoundry.ir.types import (
     StorageKind,
     TensorType,
@@ -187,12 +188,16 @@ def _typeinfer(op: Reshard, arg_types, ctx) -> TensorType:
             "smem or rmem"
         )
     if op.layout is None:
-        if storage != x.storage:
+        if storage != x.storage and isinstance(x.layout, ShardLayout):
             raise VerifyError(
-                f"{op_name(op)}: a storage change ({x.storage} -> {storage}) must carry an "
-                "explicit layout=; write reshard(x, layout=..., storage=...)"
+                f"{op_name(op)}: a storage change ({x.storage} -> {storage}) of a sharded value "
+                "must carry an explicit layout= (its strides depend on the direction); write "
+                "reshard(x, layout=..., storage=...)"
             )
-        return x
+        # Storage staging of a plain value (DESIGN §4.14): "omitting layout preserves x.layout"
+        # (hir Reshard); a plain value has no per-instance stride form to choose, so the table's
+        # "a storage change must carry a layout" has nothing to decide and the value is copied.
+        return TensorType(x.shape, x.dtype, x.layout, storage)
     return TensorType(x.shape, x.dtype, _target_layout(op, x, storage), storage)
 
 
@@ -253,9 +258,10 @@ def _validation_samples() -> list[Sample]:
 def _stablehlo(op: Reshard, operands, arg_types, out_type, lw):
     """Between unsharded values a Reshard changes only storage or strides, which StableHLO does
     not model (the engine has already refused a physical layout it cannot express), so it is the
-    identity. A sharded side is a collective: the SPMD exit's business, not this one's."""
+    identity. A sharded side is a collective: the SPMD exit's business, not this one's — except
+    on a cta mesh, whose values are their global values on the one device (`is_on_one_device`)."""
     for what, type_ in (("operand", arg_types[0]), ("result", out_type)):
-        if isinstance(type_.layout, ShardLayout):
+        if isinstance(type_.layout, ShardLayout) and not is_on_one_device(type_.layout):
             raise UnsupportedError(
                 f"Reshard: the {what} is sharded ({type_.layout.attrs}); the single-device "
                 "StableHLO exit has no collectives (use the SPMD exit for meshes)"

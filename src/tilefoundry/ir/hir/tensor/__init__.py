@@ -4,6 +4,8 @@ from tilefoundry.ir.hir.tensor.broadcast_to import BroadcastTo
 from tilefoundry.ir.hir.tensor.cache_update import CacheUpdate
 from tilefoundry.ir.hir.tensor.cast import Cast
 from tilefoundry.ir.hir.tensor.concat import Concat, Stack
+from tilefoundry.ir.hir.tensor.dynamic_slice import DynamicSlice
+from tilefoundry.ir.hir.tensor.dynamic_update_slice import DynamicUpdateSlice
 from tilefoundry.ir.hir.tensor.gather import Gather
 from tilefoundry.ir.hir.tensor.insert_slice import InsertSlice
 from tilefoundry.ir.hir.tensor.reduce import Reduce, ReduceKind
@@ -21,6 +23,8 @@ __all__ = [
     "CacheUpdate",
     "Cast",
     "Concat",
+    "DynamicSlice",
+    "DynamicUpdateSlice",
     "Gather",
     "InsertSlice",
     "Rank",

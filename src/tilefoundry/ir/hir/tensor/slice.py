@@ -31,7 +31,7 @@ from tilefoundry.ir.hir.op_support import (
     tensor_operands,
 )
 from tilefoundry.ir.lowering.values import Value
-from tilefoundry.ir.types import TensorType, format_dim
+from tilefoundry.ir.types import TensorType, dim_lower_bound, format_dim
 from tilefoundry.ir.types.shard import ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten, is_int
 from tilefoundry.visitor_registry import (
@@ -113,14 +113,27 @@ def _window(axis: int, extent: object, begin, end, step) -> _Window:
     if not is_int(extent):
         if begin in (None, 0) and end is None and step == 1:
             return _Window(0, 1, extent, True)
+        window = _provable_window(extent, begin, end, step)
+        if window is not None:
+            return window
         raise VerifyError(
             f"Slice: axis {axis} has the symbolic extent {format_dim(extent)}, so negative or "
-            "clamped indices cannot be resolved statically; only the whole axis (begin None/0, "
-            "end None, step 1) may be taken there"
+            "clamped indices cannot be resolved statically; take the whole axis (begin None/0, "
+            "end None, step 1) or a window inside its smallest extent (the DimVar's lower bound)"
         )
     start, stop, step = slice(begin, end, step).indices(extent)
     count = len(range(start, stop, step))
     return _Window(start, step, count, count == extent)
+
+
+def _provable_window(extent: object, begin, end, step: int) -> _Window | None:
+    """A window of a symbolic axis that lies inside the axis's smallest extent (the DimVar's
+    lower bound, e.g. `x[0:1]` when N >= 1): numpy's clamping never applies, so it is static."""
+    begin = 0 if begin is None else begin
+    smallest = dim_lower_bound(extent)
+    if end is None or begin < 0 or end < begin or smallest is None or end > smallest:
+        return None
+    return _Window(begin, step, len(range(begin, end, step)), False)
 
 
 def _squeezed(op: Slice, wins: tuple[_Window, ...]) -> frozenset[int]:
