@@ -362,7 +362,7 @@ class _BlockRun:
             shards = all_reduce(shards, mesh_axis, complete)
         for axis, mesh_axes in settlement.cuts.items():
             shards = self._keep_block(index, shards, axis, mesh_axes)
-        return MeshValue(value.mesh, value.type, value.shape, shards)
+        return MeshValue(value.mesh, value.type, value.shape, shards, value.per_device)
 
     def _keep_block(self, index: int, shards: dict, axis: int, mesh_axes: tuple[int, ...]) -> dict:
         """A result replicated along `mesh_axes` but typed Split there (e.g. a creation op):
