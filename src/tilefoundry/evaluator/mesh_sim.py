@@ -65,11 +65,13 @@ def _splits(type_: Type, where: str) -> dict[int, AxisSplit]:
 
 
 def touches_mesh(args: Sequence[Any], out_type: Type) -> bool:
-    """Whether a call must run per device: a per-device argument, or a sharded result."""
+    """Whether a call must run per device: an argument held per device, or a result that is
+    (Split or Partial somewhere). On global arguments, a result typed plain or fully Broadcast
+    is the same on every device, so it is computed once."""
     if any(isinstance(leaf, MeshValue) for leaf in _leaves(tuple(args))):
         return True
     fields = out_type.fields if isinstance(out_type, TupleType) else (out_type,)
-    return any(isinstance(getattr(f, "layout", None), ShardLayout) for f in fields)
+    return not all(is_replicated_type(f) for f in fields)
 
 
 class ShardedCall:
@@ -93,7 +95,7 @@ class ShardedCall:
         self.out_shapes = tuple(out_shapes)
         self.where = type(op).__name__
         self.mesh = self._common_mesh()
-        self.coords = devices(self.mesh)
+        self.coords = devices(self.mesh, self.where)
         self.per_device = any(is_per_device(leaf) for leaf in _leaves(self.args))
 
     def _common_mesh(self) -> Mesh:

@@ -78,11 +78,12 @@ def replicated_value(value: MeshValue, where: str) -> np.ndarray:
     return np.array(first, copy=True)
 
 
-def devices(mesh: Mesh) -> list[Coord]:
+def devices(mesh: Mesh, where: str = "evaluator") -> list[Coord]:
     """Every device coordinate, row-major; a launch-sized mesh cannot be simulated."""
     if not all(is_int(extent) for extent in mesh.shape):
         raise UnsupportedError(
-            f"evaluator: mesh {mesh!r} has a dynamic extent; the simulation needs a static mesh"
+            f"{where}: mesh {mesh!r} has a dynamic extent, which the reference evaluator cannot "
+            "simulate; give the mesh static extents (e.g. make_mesh((4,), topology=...))"
         )
     return list(cartesian(*(range(extent) for extent in mesh.shape)))
 
@@ -209,7 +210,7 @@ def scatter(
         if isinstance(a, Partial) and split_partials
     ]
     shards = {}
-    for coord in devices(mesh):
+    for coord in devices(mesh, where):
         value = np.asarray(array[block_of(type_, array.shape, coord, where)])
         for mesh_axis, reduction in partial:
             addends = partial_addends(value, mesh.shape[mesh_axis], reduction, seed + mesh_axis)
