@@ -173,3 +173,24 @@ def test_a_simulator_refusal_names_the_op_and_its_source_location():
     location = (Path(err.location.file).resolve(), err.location.line, err.location.col)
     assert location == (Path(__file__).resolve(), line, col)
     assert str(err).endswith(f"at {err.location.file}:{line}:{col}")
+
+
+QUAD = make_mesh((4,), ("q",))
+
+
+@func
+def adds_a_local_to_a_split(x: Tensor[(32 @ QUAD.q,), "f32"], y: Tensor[(8 @ QUAD.q,), "f32"]):
+    return tf.local(x) + y
+
+
+def test_a_local_value_next_to_a_split_one_is_refused_with_a_fix_that_works():
+    """Only `local` makes a per-device value (DESIGN §4.12); next to a split argument it has no
+    block reading, and the remedy is not a Reshard (a per-device value has none)."""
+    lines = Path(__file__).read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if "return tf.local(x) + y" in text)
+    with pytest.raises(UnsupportedError) as info:
+        evaluate(adds_a_local_to_a_split, rand(32), rand(8, seed=1))
+    err = info.value
+    assert err.message.startswith("Binary: argument 0 is a per-device (Local) value")
+    assert "apply the op to the sharded value before taking its local view" in err.message
+    assert (err.location.line, err.location.col) == (line, lines[line - 1].index("tf.local") + 1)

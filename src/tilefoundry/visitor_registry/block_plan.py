@@ -173,7 +173,12 @@ class BlockPlan:
         if arg.kind in (Kind.TUPLE, Kind.SHARDED_TUPLE) or not self.partition:
             return None
         if arg.kind is Kind.LOCAL:
-            self._refuse(f"argument {index} is a per-device (Local) value")
+            raise UnsupportedError(
+                f"{self.where}: argument {index} is a per-device (Local) value (the result of "
+                "local, or computed from one) while another argument is split, so "
+                f"{self.engine.name} cannot tell which block of it each device holds; apply the "
+                "op to the sharded value before taking its local view"
+            )
         held = self.splits_of(arg.type)  # {} unless SHARDED
         cuts: dict[int, Block] = {}
         for axis, access in enumerate(self._input_axes(index)):
