@@ -153,9 +153,10 @@ class ShardedCall:
         """What `coord` holds of `value`: its shard, or the value itself when it is global."""
         return _local(value, coord)
 
-    def block(self, coord: Coord, arg_index: int | None = None) -> tuple[slice, ...]:
-        """The global index of `coord`'s block of argument `arg_index`, or of the (single)
-        result when None; a value no mesh axis splits is one whole block."""
+    def block(self, coord: Coord, arg_index: int | None = None) -> tuple:
+        """The numpy index of `coord`'s share of argument `arg_index`, or of the (single)
+        result when None (slices for blocks, an outer index for strided shares); a value no
+        mesh axis splits is one whole block."""
         if arg_index is None:
             type_, shape = self.out_fields[0], self.out_shapes[0]
         else:
@@ -166,6 +167,19 @@ class ShardedCall:
         if not _is_sharded(type_):
             return tuple(slice(None) for _ in shape)
         return block_of(type_, shape, coord, self.where)
+
+    def block_range(self, arg_index: int, logical_axis: int, coord: Coord) -> tuple[int, int]:
+        """The global [start, stop) of `coord`'s shard of argument `arg_index` on that axis; a
+        Split on an inner factor holds no range (a rule that needs one reads `indices`)."""
+        held = self.indices(arg_index, logical_axis, coord)
+        start = int(held[0]) if held.size else 0
+        if held.size and int(held[-1]) - start + 1 != held.size:
+            raise UnsupportedError(
+                f"{self.where}: argument {arg_index} is split on an inner factor of its axis "
+                f"{logical_axis}, so a device holds a strided set of it, not a block; the op's "
+                "SHARDED_EVAL rule must read call.indices(...) instead of call.block_range(...)"
+            )
+        return start, start + int(held.size)
 
     def indices(self, arg_index: int, logical_axis: int, coord: Coord) -> np.ndarray:
         """The sorted global indices of `coord`'s shard of argument `arg_index` on that axis (a
@@ -361,7 +375,7 @@ class _BlockRun:
         settlement = self.plan.settle(index, complete)
         shards = value.shards
         for mesh_axis in settlement.reduce:
-            shards = all_reduce(shards, mesh_axis, complete)
+            shards = all_reduce(shards, mesh_axis, complete, self.call.where)
         for axis, mesh_axes in settlement.cuts.items():
             shards = self._keep_block(index, shards, axis, mesh_axes)
         return MeshValue(value.mesh, value.type, value.shape, shards, value.per_device)

@@ -234,7 +234,7 @@ def complete(
                 f"{mesh_axis_label(value.mesh, mesh_axis)}, so no device holds the complete value; "
                 "reshard it to Broadcast in the program, or pass complete_partials=True"
             )
-        shards = all_reduce(shards, mesh_axis, attr.reduction)
+        shards = all_reduce(shards, mesh_axis, attr.reduction, where)
     return MeshValue(value.mesh, value.type, value.shape, shards)
 
 
