@@ -83,6 +83,35 @@ def test_the_megatron_residual_is_typed_plain_and_feeds_the_next_sharded_layer()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+LAYERS = 3
+
+
+@func
+def megatron_layer_loop(
+    x: Tensor[(BATCH, MODEL), "f32"],
+    w1: Tensor[(LAYERS, MODEL, HIDDEN @ TP.tp), "f32"],
+    w2: Tensor[(LAYERS, HIDDEN @ TP.tp, MODEL), "f32"],
+):
+    for layer in range(LAYERS):
+        up = tf.gather(w1, layer, axis=0)
+        down = tf.gather(w2, layer, axis=0)
+        x = x + tf.reshard(tf.relu(x @ up) @ down, layout=REPLICATED, storage="gmem")
+    return x
+
+
+def test_an_l_layer_megatron_stack_as_a_loop_carries_the_plain_residual():
+    """The loop carry is typed plain, so each iteration's residual is one global value that the
+    next iteration's column-split matmul reads (hir §1.2 loops, DESIGN §4.12)."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((BATCH, MODEL)).astype(np.float32)
+    w1 = (rng.standard_normal((LAYERS, MODEL, HIDDEN)) / np.sqrt(MODEL)).astype(np.float32)
+    w2 = (rng.standard_normal((LAYERS, HIDDEN, MODEL)) / np.sqrt(HIDDEN)).astype(np.float32)
+    want = x.astype(np.float64)
+    for layer in range(LAYERS):
+        want = want + np.maximum(want @ w1[layer], 0) @ w2[layer]
+    np.testing.assert_allclose(evaluate(megatron_layer_loop, x, w1, w2), want, rtol=1e-5, atol=1e-5)
+
+
 # -- DP x TP on a 2x4 mesh -------------------------------------------------------------------------
 
 
