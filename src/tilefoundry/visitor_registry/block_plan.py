@@ -148,8 +148,8 @@ class BlockPlan:
             if self.partition.setdefault(access.dim, entry) != entry:
                 raise UnsupportedError(
                     f"{self.where}: two arguments split domain dim {access.dim} differently "
-                    f"({tuple(self.partition[access.dim])} vs {tuple(entry)}); reshard one of "
-                    "them first"
+                    f"({_shown(self.partition[access.dim])} vs {_shown(entry)}); reshard one "
+                    "of them first"
                 )
 
     def splits_of(self, type_: Type) -> dict[int, AxisSplit]:
@@ -305,3 +305,12 @@ def _same_split(split: AxisSplit, block: Block) -> bool:
     """Whether a result axis split as `split` holds exactly the partitioned dim's blocks."""
     inner = None if split.canonical else split
     return split.mesh_axes == block.mesh_axes and inner == block.split
+
+
+def _shown(block: Block) -> str:
+    """A partitioned dim as a refusal shows it: its mesh axes and extent, and the split factors
+    when they are inner ones."""
+    text = (block.mesh_axes, block.extent)
+    if block.split is None:
+        return str(text)
+    return f"{text} on factors {block.split.offsets} of {block.split.factors}"
