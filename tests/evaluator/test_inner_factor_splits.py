@@ -13,6 +13,8 @@ from math import prod
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from support.functions import call, function_of
 from tilefoundry.errors import VerifyError
@@ -203,3 +205,48 @@ def test_operands_split_on_different_factors_of_one_dim_are_refused_by_typeinfer
     rhs = typed((8, 5), (4, 2, 5), (Split(0),), ROW)
     with pytest.raises(VerifyError, match=r"MatMul: .*incompatibly"):
         function_of({"a": lhs, "b": rhs}, lambda a, b: call(MatMul(), a, b))
+
+
+MESHES = (make_mesh((2,), ("x",)), make_mesh((4,), ("x",)), make_mesh((2, 3), ("a", "b")))
+
+
+@st.composite
+def strided_layouts(draw):
+    """A logical shape, a factorisation of each axis into layout factors, and a Split of some
+    factors whose extent matches a mesh axis (outer or inner, at random)."""
+    mesh = draw(st.sampled_from(MESHES))
+    rank = draw(st.integers(1, 2))
+    per_axis = tuple(
+        tuple(draw(st.lists(st.sampled_from((1, 2, 3, 4)), min_size=1, max_size=3)))
+        for _ in range(rank)
+    )
+    flat = [f for factors in per_axis for f in factors]
+    attrs, used = [], set()
+    for extent in mesh.shape:
+        options = [k for k, f in enumerate(flat) if f == extent and k not in used]
+        if options and draw(st.booleans()):
+            k = draw(st.sampled_from(options))
+            used.add(k)
+            attrs.append(Split(k))
+        else:
+            attrs.append(B)
+    assume(used)
+    shape = tuple(prod(factors) for factors in per_axis)
+    return shape, per_axis, tuple(attrs), mesh
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=strided_layouts(), seed=st.integers(0, 2**16))
+def test_random_factor_splits_place_and_compute_like_the_layout_algebra_says(case, seed):
+    """Property: for random factorisations and Splits (shard-layout §7.1.1/§7.2), scatter gives
+    each device exactly the by-hand shares, gather inverts it, and an elementwise op on the
+    shares equals numpy."""
+    shape, per_axis, attrs, mesh = case
+    type_ = typed(shape, tuple(f for axis in per_axis for f in axis), attrs, mesh)
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    placed = scatter(x, type_, "test")
+    for device, shard in expected_shards(x, per_axis, attrs, mesh).items():
+        np.testing.assert_array_equal(placed.shards[device], shard, err_msg=str(device))
+    np.testing.assert_array_equal(gather(placed, "test"), x)
+    f = function_of({"a": type_}, lambda a: call(Unary(kind=UnaryKind.NEG), a))
+    np.testing.assert_array_equal(evaluate(f, x), -x)
