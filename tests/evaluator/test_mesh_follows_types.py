@@ -16,7 +16,7 @@ import pytest
 
 from tilefoundry import Tensor, func
 from tilefoundry.dsl import tf
-from tilefoundry.errors import UnsupportedError
+from tilefoundry.errors import EvalError, UnsupportedError
 from tilefoundry.evaluator import evaluate
 from tilefoundry.ir.types.shard import B, Layout, ShardLayout, make_mesh
 
@@ -223,3 +223,25 @@ def test_a_local_value_next_to_a_split_one_is_refused_with_a_fix_that_works():
     assert err.message.startswith("Binary: argument 0 is a per-device (Local) value")
     assert "apply the op to the sharded value before taking its local view" in err.message
     assert (err.location.line, err.location.col) == (line, lines[line - 1].index("tf.local") + 1)
+
+
+@func
+def gathers_rows(x: Tensor[(8 @ QUAD.q, 3), "f32"], i: Tensor[(2,), "i32"]):
+    rows = tf.gather(x, i, axis=0)
+    return tf.reshard(rows, layout=ShardLayout(Layout((2, 3)), (B,), QUAD), storage="gmem")
+
+
+def test_an_evaluation_error_on_the_mesh_carries_the_location_of_its_call():
+    """DESIGN §3: a bad input at evaluation time is an EvalError; raised while simulating a call
+    it ends with `at file:line:col` of that call, like every refusal."""
+    lines = Path(__file__).read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if "rows = tf.gather(x, i, axis=0)" in text)
+    col = lines[line - 1].index("tf.gather") + 1
+    with pytest.raises(EvalError) as info:
+        evaluate(gathers_rows, rand(8, 3), np.array([1, 9], dtype=np.int32))
+    text = str(info.value)
+    assert text.startswith("Gather: index 9 is out of range for axis 0 of extent 8")
+    assert (
+        text.endswith(f":{line}:{col}")
+        and Path(text.rsplit("at ", 1)[1].rsplit(":", 2)[0]).resolve() == Path(__file__).resolve()
+    )
