@@ -18,7 +18,7 @@ from tilefoundry import Tensor, func
 from tilefoundry.dsl import tf
 from tilefoundry.errors import EvalError, UnsupportedError
 from tilefoundry.evaluator import evaluate
-from tilefoundry.ir.types.shard import B, Layout, ShardLayout, make_mesh
+from tilefoundry.ir.types.shard import B, Layout, Mesh, ShardLayout, Topology, make_mesh
 
 TP = make_mesh((8,), ("tp",))
 GRID = make_mesh((2, 4), ("dp", "tp"))
@@ -177,6 +177,31 @@ def test_a_cta_tile_kernel_stages_a_broadcast_tile_through_a_reshape():
     a, b = rand(M, K), rand(K, N, seed=1)
     got = evaluate(cta_tiled_matmul, a, b)
     close(got, a.astype(np.float64) @ b.astype(np.float64))
+
+
+WARPS = Mesh((Topology("warp", 2), Topology("thread", 4)), Layout((2, 4), (4, 1)), ("warp", "lane"))
+ROWS = 16
+SCALE_SMEM = ShardLayout(Layout((4, 4)), (B, B), WARPS)
+SCALE_RMEM = ShardLayout(Layout((16,)), (B, B), WARPS)
+
+
+@func
+def warp_scaled_rows(
+    x: Tensor[(ROWS @ WARPS.warp, 16 @ WARPS.lane), "f32"], s: Tensor[(4, 4), "f32"]
+):
+    staged = tf.reshard(s, layout=SCALE_SMEM, storage="smem")
+    flat = tf.reshard(tf.reshape(staged, (16,)), layout=SCALE_RMEM, storage="rmem")
+    x_r = tf.reshard(x, layout=(ROWS @ WARPS.warp, 16 @ WARPS.lane), storage="rmem")
+    y = tf.exp(x_r * 0.5) * flat
+    return tf.reshard(y, layout=(ROWS @ WARPS.warp, 16 @ WARPS.lane), storage="gmem")
+
+
+def test_a_warp_by_thread_mesh_program_runs_per_thread():
+    """DESIGN §4.13: warp/thread meshes are simulated by the reference evaluator; a flattened
+    fully-Broadcast smem tile is one global value each thread reads whole."""
+    x, s = rand(ROWS, 16), rand(4, 4, seed=1)
+    want = np.exp(x.astype(np.float64) * 0.5) * s.reshape(16)
+    close(evaluate(warp_scaled_rows, x, s), want)
 
 
 # -- refusals carry the location of the call -------------------------------------------------------
