@@ -306,11 +306,14 @@ def test_returning_a_device_local_value_fails_closed():
         evaluate(f, rand(8))
 
 
-def test_non_canonical_split_fails_closed():
+def test_a_split_on_an_inner_factor_is_simulated():
+    """Shard-layout §7.2: Split(1) of Layout((2, 4)) puts the mesh coordinate into the inner
+    factor, so device d holds the strided indices {d, 4 + d} of the axis; it is simulated
+    (DESIGN §4.12), not refused."""
     inner = ShardLayout(Layout((2, 4), (4, 1)), (Split(1),), MESH)
     f = function_of({"a": make_tensor_type((8,), f32, layout=inner)}, lambda a: call(ADD, a, a))
-    with pytest.raises(UnsupportedError, match="inner factor"):
-        evaluate(f, rand(8))
+    x = rand(8)
+    np.testing.assert_array_equal(evaluate(f, x), x + x)
 
 
 def test_run_op_on_devices_matches_the_block_math():

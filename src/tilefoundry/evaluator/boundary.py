@@ -16,7 +16,7 @@ import numpy as np
 from tilefoundry.errors import EvalError, UnsupportedError
 from tilefoundry.evaluator.dtypes import check_dtype
 from tilefoundry.evaluator.layouts import has_physical_layout, load_physical, store_physical
-from tilefoundry.evaluator.values import MeshValue, gather, scatter
+from tilefoundry.evaluator.values import MeshValue, gather, is_replicated_type, scatter
 from tilefoundry.ir.core import Var
 from tilefoundry.ir.types import TensorType, TupleType, Type
 from tilefoundry.ir.types.shard import ShardLayout
@@ -51,6 +51,8 @@ def place_input(fn_name: str, param: Var, array: np.ndarray, index: int) -> Any:
     where = f"Function {fn_name}: parameter '{param.name}'"
     type_ = param.type
     if isinstance(type_.layout, ShardLayout):
+        if is_replicated_type(type_):
+            return array  # one global value (DESIGN §4.12), not eight copies of it
         return scatter(array, type_, where, seed=index)
     if has_physical_layout(type_):
         return store_physical(array, type_.layout, where)

@@ -25,11 +25,11 @@ def _widened(array: np.ndarray) -> np.ndarray:
     return array
 
 
-def combine(arrays: list[np.ndarray], reduction: str) -> np.ndarray:
+def combine(arrays: list[np.ndarray], reduction: str, where: str = "collective") -> np.ndarray:
     """Reduce equally-shaped per-device arrays, in device order, to one array of their dtype."""
     if reduction not in COMBINERS:
         raise UnsupportedError(
-            f"collective: unknown reduction {reduction!r}; the evaluator combines with "
+            f"{where}: unknown reduction {reduction!r}; the reference evaluator combines with "
             f"{', '.join(COMBINERS)}"
         )
     dtype = arrays[0].dtype
@@ -56,12 +56,12 @@ def mesh_groups(coords: list[Coord], mesh_axis: int) -> dict[Coord, list[Coord]]
 
 
 def all_reduce(
-    shards: Mapping[Coord, np.ndarray], mesh_axis: int, reduction: str
+    shards: Mapping[Coord, np.ndarray], mesh_axis: int, reduction: str, where: str = "collective"
 ) -> dict[Coord, np.ndarray]:
     """Every device along `mesh_axis` ends with the `reduction` of the group's arrays."""
     result: dict[Coord, np.ndarray] = {}
     for members in mesh_groups(list(shards), mesh_axis).values():
-        combined = combine([shards[c] for c in members], reduction)
+        combined = combine([shards[c] for c in members], reduction, where)
         for coord in members:
             result[coord] = combined.copy()
     return result

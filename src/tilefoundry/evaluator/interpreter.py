@@ -14,7 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from tilefoundry.errors import EvalError, InternalCompilerError, UnsupportedError, VerifyError
+from tilefoundry.errors import (
+    EvalError,
+    InternalCompilerError,
+    UnsupportedError,
+    VerifyError,
+    format_location,
+)
 from tilefoundry.evaluator.boundary import (
     check_input,
     place_input,
@@ -22,9 +28,9 @@ from tilefoundry.evaluator.boundary import (
     shape_of,
 )
 from tilefoundry.evaluator.dtypes import check_dtype, check_type_dtypes
-from tilefoundry.evaluator.mesh_sim import ShardedCall, run_call, touches_mesh
+from tilefoundry.evaluator.mesh_sim import ShardedCall, as_typed, run_call, touches_mesh
 from tilefoundry.evaluator.values import scatter
-from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var
+from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
 from tilefoundry.ir.hir.signature import Bindings, bind_dim_vars
 from tilefoundry.ir.hir.walk import block_operands
@@ -156,10 +162,12 @@ class Interpreter:
         if isinstance(node, Tuple):
             return args
         if isinstance(node, GridRegionExpr):
-            return self._loop(node, args, frame)
+            with _located(node):
+                return self._loop(node, args, frame)
         if isinstance(node, Call):
             if isinstance(node.target, Op):
-                return self._call_op(node, args, frame.bindings)
+                with _located(node):
+                    return self._call_op(node, args, frame.bindings)
             if isinstance(node.target, Function):
                 callee = elaborate(node.target, tuple(a.type for a in node.args))
                 return self.invoke(callee, args)[1]
@@ -178,7 +186,7 @@ class Interpreter:
         type_ = node.type
         array = np.asarray(node.value, dtype=check_dtype(type_.dtype, "Constant"))
         if isinstance(type_.layout, ShardLayout):
-            return scatter(array, type_, "Constant")
+            return as_typed(scatter(array, type_, "Constant"), "Constant")
         return array
 
     def _loop(self, node: GridRegionExpr, inits: tuple, frame: _Frame) -> Any:
@@ -224,6 +232,30 @@ class Interpreter:
         concrete = concrete_type(out_type, bindings, where)
         result = EVAL.lookup(type(op))(op, args, concrete)
         return _checked(result, concrete, where)
+
+
+class _located:
+    """Adds the source location of `node` (where the user wrote the call) to a refusal or an
+    evaluation error raised while evaluating it; an error located already keeps its location."""
+
+    def __init__(self, node: Expr):
+        self.node = node
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, err, traceback) -> bool:
+        span = source_span(self.node)
+        if err is None or span is None or getattr(err, "located", False):
+            return False
+        if isinstance(err, VerifyError):
+            located = err.with_location(span)
+        elif isinstance(err, EvalError | InternalCompilerError):
+            located = type(err)(f"{err}\n  at {format_location(span)}")
+        else:
+            return False
+        located.located = True
+        raise located.with_traceback(traceback) from err.__cause__
 
 
 def _checked(result: Any, type_: Type, where: str) -> Any:

@@ -9,6 +9,12 @@ then holds is read through the call's own type: its block (Split), a replica (Br
 addend (Partial). The only communication is the all-reduce of a complete-effect reduction, whose
 combiner the op names through its SHARDED_EVAL rule; everything else that is not "the kernel on
 the block" (Reshard, Local, a Split gathered axis) is that rule's business, via the helpers here.
+
+The call's types then decide what the result *is* (DESIGN §4.12): a result typed plain or fully
+Broadcast is one global array (`run_call` collapses the replicas, which must agree), unless an
+argument was a per-device value (a `Local` result), whose plain results stay per device. A
+device's share of a split axis is an index set (`values.axis_indices`): a contiguous block for a
+canonical layout, a strided set for a Split on an inner factor.
 """
 
 from __future__ import annotations
@@ -23,18 +29,24 @@ from tilefoundry.evaluator.collectives import Coord, all_reduce
 from tilefoundry.evaluator.resharding import local_view, redistribute
 from tilefoundry.evaluator.values import (
     EVALUATOR,
+    AxisIndex,
     MeshValue,
+    as_index,
+    axis_indices,
+    block_of,
     block_range,
-    block_slices,
     devices,
+    is_replicated_type,
+    replicated_value,
+    strided_indices,
 )
 from tilefoundry.ir.core import Op
 from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.types import TupleType, Type
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
 from tilefoundry.visitor_registry import EVAL, SHARDED_EVAL
-from tilefoundry.visitor_registry.block_plan import ArgView, BlockPlan, Engine, Kind
-from tilefoundry.visitor_registry.shard_reading import canonical_splits
+from tilefoundry.visitor_registry.block_plan import ArgView, Block, BlockPlan, Engine, Kind
+from tilefoundry.visitor_registry.shard_reading import AxisSplit, axis_splits
 
 
 def _leaves(value: Any) -> list[Any]:
@@ -43,12 +55,23 @@ def _leaves(value: Any) -> list[Any]:
     return [value]
 
 
+def is_per_device(value: Any) -> bool:
+    """A per-device value: each shard is its own value, with no global reading (Local)."""
+    return isinstance(value, MeshValue) and (value.per_device or not value.sharded)
+
+
+def _splits(type_: Type, where: str) -> dict[int, AxisSplit]:
+    return axis_splits(type_, where, EVALUATOR, inner_factors=True)
+
+
 def touches_mesh(args: Sequence[Any], out_type: Type) -> bool:
-    """Whether a call must run per device: a per-device argument, or a sharded result."""
+    """Whether a call must run per device: an argument held per device, or a result that is
+    (Split or Partial somewhere). On global arguments, a result typed plain or fully Broadcast
+    is the same on every device, so it is computed once."""
     if any(isinstance(leaf, MeshValue) for leaf in _leaves(tuple(args))):
         return True
     fields = out_type.fields if isinstance(out_type, TupleType) else (out_type,)
-    return any(isinstance(getattr(f, "layout", None), ShardLayout) for f in fields)
+    return not all(is_replicated_type(f) for f in fields)
 
 
 class ShardedCall:
@@ -72,7 +95,8 @@ class ShardedCall:
         self.out_shapes = tuple(out_shapes)
         self.where = type(op).__name__
         self.mesh = self._common_mesh()
-        self.coords = devices(self.mesh)
+        self.coords = devices(self.mesh, self.where)
+        self.per_device = any(is_per_device(leaf) for leaf in _leaves(self.args))
 
     def _common_mesh(self) -> Mesh:
         meshes = [v.mesh for v in _leaves(self.args) if isinstance(v, MeshValue)]
@@ -123,15 +147,16 @@ class ShardedCall:
         value = self.args[arg_index]
         if not (isinstance(value, MeshValue) and value.sharded):
             return {}
-        return canonical_splits(value.type, self.where, EVALUATOR)
+        return {axis: s.mesh_axes for axis, s in _splits(value.type, self.where).items()}
 
     def shard(self, value: Any, coord: Coord) -> Any:
         """What `coord` holds of `value`: its shard, or the value itself when it is global."""
         return _local(value, coord)
 
-    def block(self, coord: Coord, arg_index: int | None = None) -> tuple[slice, ...]:
-        """The global index of `coord`'s block of argument `arg_index`, or of the (single)
-        result when None; a value no mesh axis splits is one whole block."""
+    def block(self, coord: Coord, arg_index: int | None = None) -> tuple:
+        """The numpy index of `coord`'s share of argument `arg_index`, or of the (single)
+        result when None (slices for blocks, an outer index for strided shares); a value no
+        mesh axis splits is one whole block."""
         if arg_index is None:
             type_, shape = self.out_fields[0], self.out_shapes[0]
         else:
@@ -141,17 +166,32 @@ class ShardedCall:
                 shape = value.shape
         if not _is_sharded(type_):
             return tuple(slice(None) for _ in shape)
-        return block_slices(type_, shape, coord, self.where)
+        return block_of(type_, shape, coord, self.where)
 
     def block_range(self, arg_index: int, logical_axis: int, coord: Coord) -> tuple[int, int]:
-        """The global [start, stop) of `coord`'s shard of argument `arg_index` on that axis."""
+        """The global [start, stop) of `coord`'s shard of argument `arg_index` on that axis; a
+        Split on an inner factor holds no range (a rule that needs one reads `indices`)."""
+        held = self.indices(arg_index, logical_axis, coord)
+        start = int(held[0]) if held.size else 0
+        if held.size and int(held[-1]) - start + 1 != held.size:
+            raise UnsupportedError(
+                f"{self.where}: argument {arg_index} is split on an inner factor of its axis "
+                f"{logical_axis}, so a device holds a strided set of it, not a block; the op's "
+                "SHARDED_EVAL rule must read call.indices(...) instead of call.block_range(...)"
+            )
+        return start, start + int(held.size)
+
+    def indices(self, arg_index: int, logical_axis: int, coord: Coord) -> np.ndarray:
+        """The sorted global indices of `coord`'s shard of argument `arg_index` on that axis (a
+        range for a canonical split, a strided set for a Split on an inner factor)."""
         value = self.args[arg_index]
-        if not (isinstance(value, MeshValue) and value.sharded):
-            return 0, int(np.shape(value)[logical_axis])
-        axes = canonical_splits(value.type, self.where, EVALUATOR).get(logical_axis)
-        if axes is None:
-            return 0, value.shape[logical_axis]
-        return block_range(value.shape[logical_axis], self.mesh, axes, coord, self.where)
+        if isinstance(value, MeshValue):
+            extent = value.shape[logical_axis]
+            if value.sharded:
+                held = axis_indices(value.type, value.shape, coord, self.where)[logical_axis]
+                return np.arange(extent)[held]
+            return np.arange(extent)
+        return np.arange(int(np.shape(value)[logical_axis]))
 
     def aligned(
         self,
@@ -170,8 +210,8 @@ class ShardedCall:
         Split there means (Gather's gathered axis). A Partial is an addend, used as it is.
         """
         out_type, out_shape = self.out_fields[0], self.out_shapes[0]
-        out_splits = canonical_splits(out_type, self.where, EVALUATOR)
-        if isinstance(value, MeshValue) and not value.sharded:
+        out_splits = _splits(out_type, self.where)
+        if is_per_device(value):
             if out_splits:
                 raise UnsupportedError(
                     f"{self.where}: a per-device (Local) value cannot be aligned with a split "
@@ -180,31 +220,32 @@ class ShardedCall:
             return value.shards[coord]
         held = {}
         if isinstance(value, MeshValue):
-            held = canonical_splits(value.type, self.where, EVALUATOR)
-        index: list[slice] = []
+            held = _splits(value.type, self.where)
+        wanted = axis_indices(out_type, out_shape, coord, self.where) if out_splits else ()
+        index: list[AxisIndex] = []
         for axis, out_axis in enumerate(axes):
-            have = held.get(axis, ())
-            want = out_splits.get(out_axis, ()) if out_axis is not None else ()
+            have = held.get(axis)
+            want = out_splits.get(out_axis) if out_axis is not None else None
             if axis in own or have == want:
                 index.append(slice(None))
                 continue
-            if have:
+            if have is not None:
                 shown = f"result axis {out_axis}" if out_axis is not None else "no result axis"
                 raise UnsupportedError(
                     f"{self.where}: an argument split on its axis {axis} (over "
-                    f"{', '.join(self.mesh.axes[a].label for a in have)}) runs along {shown}, "
-                    "which is not split the same way, so its shard is no block of the result; "
-                    "reshard that argument to the result's layout first"
+                    f"{', '.join(self.mesh.axes[a].label for a in have.mesh_axes)}) runs along "
+                    f"{shown}, which is not split the same way, so its shard is no block of the "
+                    "result; reshard that argument to the result's layout first"
                 )
-            start, stop = block_range(out_shape[out_axis], self.mesh, want, coord, self.where)
-            index.append(slice(start, stop))
+            index.append(wanted[out_axis])
         uncovered = sorted(set(out_splits) - {a for a in axes if a is not None})
         if uncovered:
             raise UnsupportedError(
                 f"{self.where}: the result is split on axis {uncovered[0]}, along which an "
                 "argument has no axis, so no device's block of it can be read from that argument"
             )
-        return np.asarray(_local(value, coord))[tuple(index)]
+        array = np.asarray(_local(value, coord))
+        return array[as_index(tuple(index), array.shape)]
 
     def map_devices(self, fn: Callable[[Coord, tuple], Any]) -> Any:
         """`fn(coord, local_args)` on each device's own shards (replicated values whole); what
@@ -220,7 +261,8 @@ class ShardedCall:
                 c: np.asarray(r[index] if isinstance(self.out_type, TupleType) else r)
                 for c, r in results.items()
             }
-            values.append(MeshValue(self.mesh, field, self.out_shapes[index], shards))
+            per_device = self.per_device and not _is_sharded(field)
+            values.append(MeshValue(self.mesh, field, self.out_shapes[index], shards, per_device))
         return tuple(values) if isinstance(self.out_type, TupleType) else values[0]
 
 
@@ -237,11 +279,25 @@ def _local(value: Any, coord: Coord) -> Any:
 
 
 def run_call(call: ShardedCall) -> Any:
-    """The op's SHARDED_EVAL rule when it has one, else the default block execution."""
+    """The op's SHARDED_EVAL rule when it has one, else the default block execution; what it
+    returns is then held as its type says (`as_typed`)."""
     op_class = type(call.op)
     if SHARDED_EVAL.has(op_class):
-        return SHARDED_EVAL.lookup(op_class)(call.op, call.args, call)
-    return call.run_blocks()
+        result = SHARDED_EVAL.lookup(op_class)(call.op, call.args, call)
+    else:
+        result = call.run_blocks()
+    return as_typed(result, call.where)
+
+
+def as_typed(value: Any, where: str) -> Any:
+    """`value` held as its type says (DESIGN §4.12): a MeshValue typed plain or fully Broadcast
+    is one replicated global value, so its replicas collapse to one array; only a per-device
+    value (a Local result, or one computed from it) stays per device."""
+    if isinstance(value, tuple):
+        return tuple(as_typed(v, where) for v in value)
+    if isinstance(value, MeshValue) and not value.per_device and is_replicated_type(value.type):
+        return replicated_value(value, where)
+    return value
 
 
 def _view(value: Any) -> ArgView:
@@ -250,7 +306,7 @@ def _view(value: Any) -> ArgView:
         return ArgView(Kind.SHARDED_TUPLE if sharded else Kind.TUPLE)
     if not isinstance(value, MeshValue):
         return ArgView(Kind.GLOBAL)
-    if not value.sharded:
+    if is_per_device(value):
         return ArgView(Kind.LOCAL)
     return ArgView(Kind.SHARDED, value.type, value.shape)
 
@@ -261,6 +317,7 @@ _ENGINE = Engine(
     article="a",
     combiners=("sum", "mean", "max", "min"),
     label=mesh_axis_label,
+    inner_factors=True,
 )
 
 
@@ -288,11 +345,18 @@ class _BlockRun:
         array = _local(value, coord)
         if cuts is None:
             return array
-        index_expr = [slice(None)] * np.ndim(array)
-        for axis, (mesh_axes, extent) in cuts.items():
-            start, stop = block_range(extent, self.call.mesh, mesh_axes, coord, self.call.where)
-            index_expr[axis] = slice(start, stop)
-        return np.asarray(array)[tuple(index_expr)]
+        array = np.asarray(array)
+        index_expr: list[AxisIndex] = [slice(None)] * array.ndim
+        for axis, block in cuts.items():
+            index_expr[axis] = self._block_index(block, coord)
+        return array[as_index(tuple(index_expr), array.shape)]
+
+    def _block_index(self, block: Block, coord: Coord) -> AxisIndex:
+        """`coord`'s indices of a partitioned dim: a block, or a strided set (inner factors)."""
+        mesh, where = self.call.mesh, self.call.where
+        if block.split is None:
+            return slice(*block_range(block.extent, mesh, block.mesh_axes, coord, where))
+        return strided_indices(block.extent, mesh, block.split, coord, where)
 
     def run(self, complete: str | None) -> Any:
         call, kernel = self.call, EVAL.lookup(type(self.call.op))
@@ -311,19 +375,19 @@ class _BlockRun:
         settlement = self.plan.settle(index, complete)
         shards = value.shards
         for mesh_axis in settlement.reduce:
-            shards = all_reduce(shards, mesh_axis, complete)
+            shards = all_reduce(shards, mesh_axis, complete, self.call.where)
         for axis, mesh_axes in settlement.cuts.items():
             shards = self._keep_block(index, shards, axis, mesh_axes)
-        return MeshValue(value.mesh, value.type, value.shape, shards)
+        return MeshValue(value.mesh, value.type, value.shape, shards, value.per_device)
 
     def _keep_block(self, index: int, shards: dict, axis: int, mesh_axes: tuple[int, ...]) -> dict:
         """A result replicated along `mesh_axes` but typed Split there (e.g. a creation op):
-        every device computed it whole and keeps just its own block, which is exact."""
-        extent = self.call.out_shapes[index][axis]
+        every device computed it whole and keeps just its own share, which is exact."""
+        call = self.call
+        field, shape = call.out_fields[index], call.out_shapes[index]
         kept = {}
         for coord, shard in shards.items():
-            start, stop = block_range(extent, self.call.mesh, mesh_axes, coord, self.call.where)
-            cut = [slice(None)] * shard.ndim
-            cut[axis] = slice(start, stop)
-            kept[coord] = shard[tuple(cut)]
+            cut: list[AxisIndex] = [slice(None)] * shard.ndim
+            cut[axis] = axis_indices(field, shape, coord, call.where)[axis]
+            kept[coord] = shard[as_index(tuple(cut), shard.shape)]
         return kept

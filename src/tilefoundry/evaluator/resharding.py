@@ -32,10 +32,11 @@ def _kept_partials(value: MeshValue, target: ShardLayout) -> tuple[int, ...]:
 def redistribute(value: Any, out_type: TensorType, where: str) -> Any:
     """`value` laid out as `out_type` says: global arrays are scattered, per-device values are
     completed and redistributed; a target without a ShardLayout keeps the value as it is."""
-    if isinstance(value, MeshValue) and not value.sharded:
+    if isinstance(value, MeshValue) and (value.per_device or not value.sharded):
         raise UnsupportedError(
-            f"{where}: cannot reshard a per-device (Local) value; it has no global value to "
-            "redistribute"
+            f"{where}: cannot reshard a per-device value (the result of local, or computed from "
+            "one); it has no global value to redistribute; reshard the sharded value that local "
+            "read instead"
         )
     target = out_type.layout
     if not isinstance(target, ShardLayout):
@@ -61,4 +62,4 @@ def local_view(value: Any, out_type: TensorType, where: str) -> MeshValue:
         raise UnsupportedError(f"{where}: needs a sharded value; this one has no ShardLayout")
     first = next(iter(value.shards.values()))
     shards = {c: np.array(s, copy=True) for c, s in value.shards.items()}
-    return MeshValue(value.mesh, out_type, tuple(first.shape), shards)
+    return MeshValue(value.mesh, out_type, tuple(first.shape), shards, per_device=True)

@@ -24,7 +24,13 @@ from tilefoundry.evaluator.validation_inputs import (
     place,
     sign_flipped,
 )
-from tilefoundry.evaluator.values import EVALUATOR, MeshValue, gather, same_values
+from tilefoundry.evaluator.values import (
+    EVALUATOR,
+    DivergentReplicas,
+    MeshValue,
+    gather,
+    same_values,
+)
 from tilefoundry.ir.types import TupleType, Type, make_shard_tensor_type
 from tilefoundry.ir.types import make_tensor_type as plain_type
 from tilefoundry.ir.types.shard import B, Mesh, P, ShardLayout, Split, make_mesh
@@ -332,6 +338,8 @@ class SampleRun:
         for flip, (args, truth) in enumerate(placed):
             try:
                 result = run_op(op, arg_types, out_type, args)
+            except DivergentReplicas as err:
+                return "refuted", ("sign-flipped: " if flip else "") + str(err)
             except (VerifyError, EvalError) as err:
                 return "unexecutable", f"{type(err).__name__}: {err}"
             except Exception as err:

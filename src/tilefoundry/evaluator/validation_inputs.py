@@ -25,7 +25,7 @@ import numpy as np
 
 from tilefoundry.errors import EvalError
 from tilefoundry.evaluator.collectives import Coord
-from tilefoundry.evaluator.values import block_slices, devices
+from tilefoundry.evaluator.values import as_index, axis_indices, devices, index_key
 from tilefoundry.ir.types import TensorType
 from tilefoundry.ir.types.shard import Partial, ShardLayout
 from tilefoundry.visitor_registry.validation_samples import Domain
@@ -168,11 +168,11 @@ def place(
     base = [int(x) for x in rng.integers(0, 2**31, size=2)]
     splits: dict[tuple, list[np.ndarray]] = {}
     for coord in coords:
-        index = block_slices(type_, value.shape, coord, "validator")
-        held = np.asarray(value[index])
+        per_axis = axis_indices(type_, value.shape, coord, "validator")
+        held = np.asarray(value[as_index(per_axis, value.shape)])
         done: list[int] = []
         for mesh_axis, reduction in reversed(partial):
-            group = (tuple((s.start, s.stop) for s in index), mesh_axis, *done)
+            group = (index_key(per_axis), mesh_axis, *done)
             if group not in splits:
                 draw = np.random.default_rng([*base, operand, mesh_axis, *done])
                 splits[group] = addends(held, mesh.shape[mesh_axis], reduction, operand, draw)

@@ -1,11 +1,14 @@
 """Sharded values: one local array per device of a mesh, and the block geometry behind them.
 
-DESIGN §4.12: a value whose type carries a ShardLayout is held per device (Split: the device's
-block; Broadcast: a full replica; Partial: an addend). Only canonical layouts are simulated, where
-the Splits of a logical axis are its outermost factors, so each device holds one contiguous block;
-any other factorisation is refused rather than guessed (`shard_reading.canonical_splits`, the one
-reading the SPMD exit shares). Coordinates enumerate the mesh row-major, which is the device order
-of the XLA exit (DESIGN §4.13).
+DESIGN §4.12: a value whose type carries a ShardLayout that is not fully Broadcast is held per
+device (Split: the device's share; Broadcast: a full replica; Partial: an addend). A value whose
+type is plain or fully Broadcast is one global array, even when a mesh computed it
+(`replicated_value` collapses the replicas); only `Local`, and what is computed from its result,
+is a per-device value of a plain type. A device's share along a logical axis is one contiguous
+block when the Splits are the axis's outermost factors (the canonical layout), and the strided set
+the layout algebra gives when one splits an inner factor (`strided_indices`); the reading of which
+mesh axes split which factor is `shard_reading.axis_splits`, shared with the SPMD exit.
+Coordinates enumerate the mesh row-major, which is the device order of the XLA exit (DESIGN §4.13).
 """
 
 from __future__ import annotations
@@ -16,39 +19,71 @@ from math import prod
 
 import numpy as np
 
-from tilefoundry.errors import EvalError, UnsupportedError
+from tilefoundry.errors import EvalError, InternalCompilerError, UnsupportedError
 from tilefoundry.evaluator.collectives import Coord, all_reduce, partial_addends
 from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.types import TensorType
-from tilefoundry.ir.types.shard import Mesh, Partial, ShardLayout
+from tilefoundry.ir.types.shard import Broadcast, Mesh, Partial, ShardLayout
 from tilefoundry.ir.types.shard.int_tuple import is_int
-from tilefoundry.visitor_registry.shard_reading import canonical_splits
+from tilefoundry.visitor_registry.shard_reading import AxisSplit, axis_splits
 
 EVALUATOR = "the reference evaluator"
-"""How the evaluator names itself where a shared reader (canonical_splits, the block plan)
+"""How the evaluator names itself where a shared reader (axis_splits, the block plan)
 refuses, so the message says which engine cannot run the program."""
 
 
 @dataclass
 class MeshValue:
     """Per-device arrays of one value. `type` is the IR type it was produced with: a ShardLayout
-    type (global logical `shape`), or a plain type from `Local` (each shard is its own value)."""
+    type (global logical `shape`), or a plain type when `per_device` (a `Local` result, or one
+    computed from it: each shard is its own value, with no global reading)."""
 
     mesh: Mesh
     type: TensorType
     shape: tuple[int, ...]
     shards: dict[Coord, np.ndarray]
+    per_device: bool = False
 
     @property
     def sharded(self) -> bool:
         return isinstance(self.type.layout, ShardLayout)
 
 
-def devices(mesh: Mesh) -> list[Coord]:
+def is_replicated_type(type_: object) -> bool:
+    """Whether values of `type_` are one global value: plain, or a ShardLayout that Broadcasts
+    on every mesh axis (no Split, no pending Partial, nothing left Dynamic)."""
+    layout = getattr(type_, "layout", None)
+    if not isinstance(layout, ShardLayout):
+        return True
+    return all(isinstance(attr, Broadcast) for attr in layout.attrs)
+
+
+class DivergentReplicas(InternalCompilerError):
+    """Devices disagree on a value whose type says it is replicated: the rule that typed it (or
+    the op's simulation) is wrong. The validator reports it as an unsound acceptance."""
+
+
+def replicated_value(value: MeshValue, where: str) -> np.ndarray:
+    """The one global array of a replicated-typed value computed on a mesh; every device must
+    hold the same array (DESIGN §4.12), else it is our bug and fails loudly."""
+    coords = list(value.shards)
+    first = value.shards[coords[0]]
+    for coord in coords[1:]:
+        if not same_values(first, value.shards[coord]):
+            raise DivergentReplicas(
+                f"{where}: its result is typed {value.type}, one replicated value, but devices "
+                f"{coords[0]} and {coord} of {value.mesh!r} hold different replicas of it; the "
+                "op's sharding rule or its simulation is wrong (an internal error: report it)"
+            )
+    return np.array(first, copy=True)
+
+
+def devices(mesh: Mesh, where: str = "evaluator") -> list[Coord]:
     """Every device coordinate, row-major; a launch-sized mesh cannot be simulated."""
     if not all(is_int(extent) for extent in mesh.shape):
         raise UnsupportedError(
-            f"evaluator: mesh {mesh!r} has a dynamic extent; the simulation needs a static mesh"
+            f"{where}: mesh {mesh!r} has a dynamic extent, which the reference evaluator cannot "
+            "simulate; give the mesh static extents (e.g. make_mesh((4,), topology=...))"
         )
     return list(cartesian(*(range(extent) for extent in mesh.shape)))
 
@@ -77,20 +112,79 @@ def block_range(
     return start, start + size
 
 
-def block_slices(
+AxisIndex = slice | np.ndarray
+"""A device's indices along one logical axis: a contiguous block, or a strided set (sorted)."""
+
+
+def strided_indices(
+    extent: int, mesh: Mesh, split: AxisSplit, coord: Coord, where: str
+) -> np.ndarray:
+    """The indices of an axis of `extent` that `coord` holds under a Split on inner factors.
+
+    The axis linearises its layout factors row-major (the regroup rule, semantic-analysis
+    §3.1), and `Split(k)` puts the device's mesh coordinate into factor k (shard-layout §7.2),
+    so a device holds every index whose digit at each split factor is its coordinate there.
+    """
+    factors = _concrete_factors(split.factors, extent, where)
+    numbers = np.arange(extent, dtype=np.int64)
+    mine = np.ones(extent, dtype=bool)
+    for offset, mesh_axis in zip(split.offsets, split.mesh_axes, strict=True):
+        inner = prod(factors[offset + 1 :])
+        mine &= (numbers // inner) % factors[offset] == coord[mesh_axis]
+    return np.flatnonzero(mine)
+
+
+def _concrete_factors(factors: tuple, extent: int, where: str) -> tuple[int, ...]:
+    """The layout factors of an axis as integers: at most one symbolic one, solved from the
+    concrete `extent` (the others must divide it)."""
+    known = [f for f in factors if is_int(f)]
+    unknown = len(factors) - len(known)
+    if unknown > 1 or extent % max(prod(known), 1) or (not unknown and prod(known) != extent):
+        raise UnsupportedError(
+            f"{where}: the layout factors {factors} of a split axis do not resolve against its "
+            f"extent {extent}; the reference evaluator needs all but one factor static"
+        )
+    rest = extent // max(prod(known), 1)
+    return tuple(f if is_int(f) else rest for f in factors)
+
+
+def axis_indices(
     type_: TensorType, shape: tuple[int, ...], coord: Coord, where: str
-) -> tuple[slice, ...]:
-    """The global index of `coord`'s block of a ShardLayout value of concrete `shape`."""
+) -> tuple[AxisIndex, ...]:
+    """Per logical axis, the global indices `coord` holds of a ShardLayout value of `shape`."""
     mesh = type_.layout.mesh
-    splits = canonical_splits(type_, where, EVALUATOR)
-    slices = []
+    splits = axis_splits(type_, where, EVALUATOR, inner_factors=True)
+    result: list[AxisIndex] = []
     for axis, extent in enumerate(shape):
-        if axis in splits:
-            start, stop = block_range(extent, mesh, splits[axis], coord, where)
-            slices.append(slice(start, stop))
+        split = splits.get(axis)
+        if split is None:
+            result.append(slice(None))
+        elif split.canonical:
+            result.append(slice(*block_range(extent, mesh, split.mesh_axes, coord, where)))
         else:
-            slices.append(slice(None))
-    return tuple(slices)
+            result.append(strided_indices(extent, mesh, split, coord, where))
+    return tuple(result)
+
+
+def as_index(per_axis: tuple[AxisIndex, ...], shape: tuple[int, ...]) -> tuple:
+    """A numpy index selecting the cartesian product of per-axis indices (an outer index)."""
+    if all(isinstance(i, slice) for i in per_axis):
+        return tuple(per_axis)
+    arrays = [
+        np.arange(extent)[i] if isinstance(i, slice) else i
+        for i, extent in zip(per_axis, shape, strict=True)
+    ]
+    return np.ix_(*arrays)
+
+
+def index_key(per_axis: tuple[AxisIndex, ...]) -> tuple:
+    """A hashable name for a device's share, equal for devices that hold the same one."""
+    return tuple((i.start, i.stop) if isinstance(i, slice) else tuple(i.tolist()) for i in per_axis)
+
+
+def block_of(type_: TensorType, shape: tuple[int, ...], coord: Coord, where: str) -> tuple:
+    """The numpy index of `coord`'s share of a ShardLayout value of concrete `shape`."""
+    return as_index(axis_indices(type_, shape, coord, where), shape)
 
 
 def scatter(
@@ -116,8 +210,8 @@ def scatter(
         if isinstance(a, Partial) and split_partials
     ]
     shards = {}
-    for coord in devices(mesh):
-        value = np.asarray(array[block_slices(type_, array.shape, coord, where)])
+    for coord in devices(mesh, where):
+        value = np.asarray(array[block_of(type_, array.shape, coord, where)])
         for mesh_axis, reduction in partial:
             addends = partial_addends(value, mesh.shape[mesh_axis], reduction, seed + mesh_axis)
             value = addends[coord[mesh_axis]]
@@ -140,7 +234,7 @@ def complete(
                 f"{mesh_axis_label(value.mesh, mesh_axis)}, so no device holds the complete value; "
                 "reshard it to Broadcast in the program, or pass complete_partials=True"
             )
-        shards = all_reduce(shards, mesh_axis, attr.reduction)
+        shards = all_reduce(shards, mesh_axis, attr.reduction, where)
     return MeshValue(value.mesh, value.type, value.shape, shards)
 
 
@@ -163,8 +257,8 @@ def gather(
     result = np.empty(full.shape, dtype=first.dtype)
     written: dict[tuple, Coord] = {}
     for coord, shard in full.shards.items():
-        index = block_slices(full.type, full.shape, coord, where)
-        key = tuple((s.start, s.stop) for s in index)
+        per_axis = axis_indices(full.type, full.shape, coord, where)
+        index, key = as_index(per_axis, full.shape), index_key(per_axis)
         if key in written:
             if not same_values(result[index], shard):
                 raise EvalError(

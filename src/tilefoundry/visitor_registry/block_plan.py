@@ -25,8 +25,9 @@ from tilefoundry.ir.types.shard import Mesh, Partial, ShardLayout, Split
 from tilefoundry.visitor_registry.access_structure import Projection
 from tilefoundry.visitor_registry.axis_access import WholeAxis, axis_accesses, relations_for
 from tilefoundry.visitor_registry.shard_reading import (
+    AxisSplit,
     Splits,
-    canonical_splits,
+    axis_splits,
     pending_partials,
 )
 
@@ -55,8 +56,10 @@ class ArgView:
 class Engine:
     """Who carries the plan out, so that its refusals say which engine refused and what to add.
 
-    `name` also words the refusal of a non-canonical layout (`shard_reading.canonical_splits`,
-    the one reading every engine shares); `article` goes before `rule` ("an SPMD_LOWERING rule").
+    `name` also words the refusal of a non-canonical layout (`shard_reading.axis_splits`, the
+    one reading every engine shares); `article` goes before `rule` ("an SPMD_LOWERING rule").
+    `inner_factors`: the engine holds a Split on an inner factor of a logical axis as a strided
+    share (the reference evaluator); an engine that cannot has it refused by the reading.
     """
 
     name: str
@@ -64,13 +67,16 @@ class Engine:
     article: str
     combiners: tuple[str, ...]
     label: Callable[[Mesh, int], str]
+    inner_factors: bool = False
 
 
 class Block(NamedTuple):
-    """A partitioned domain dim: the mesh axes binding it, outermost first, and its extent."""
+    """A partitioned domain dim: the mesh axes binding it, outermost first, and its extent;
+    `split` is the whole reading when the split is on inner factors (None when canonical)."""
 
     mesh_axes: tuple[int, ...]
     extent: int
+    split: AxisSplit | None = None
 
 
 @dataclass(frozen=True)
@@ -127,8 +133,8 @@ class BlockPlan:
         if arg.kind is not Kind.SHARDED:
             return
         self.partials_of[index] = frozenset(pending_partials(arg.type))
-        splits = canonical_splits(arg.type, self.where, self.engine.name)
-        for logical_axis, mesh_axes in splits.items():
+        for logical_axis, split in self.splits_of(arg.type).items():
+            mesh_axes = split.mesh_axes
             access = self._input_axes(index)[logical_axis]
             if not isinstance(access, Projection):
                 labels = ", ".join(self.engine.label(self.mesh, a) for a in mesh_axes)
@@ -138,13 +144,19 @@ class BlockPlan:
                     "partitions only dims read through a plain projection; insert "
                     "reshard(x, Broadcast) on that argument first"
                 )
-            entry = Block(mesh_axes, arg.shape[logical_axis])
+            entry = Block(mesh_axes, arg.shape[logical_axis], None if split.canonical else split)
             if self.partition.setdefault(access.dim, entry) != entry:
                 raise UnsupportedError(
                     f"{self.where}: two arguments split domain dim {access.dim} differently "
-                    f"({tuple(self.partition[access.dim])} vs {tuple(entry)}); reshard one of "
-                    "them first"
+                    f"({_shown(self.partition[access.dim])} vs {_shown(entry)}); reshard one "
+                    "of them first"
                 )
+
+    def splits_of(self, type_: Type) -> dict[int, AxisSplit]:
+        """How mesh axes split each logical axis of `type_`, as this engine can read it."""
+        return axis_splits(
+            type_, self.where, self.engine.name, inner_factors=self.engine.inner_factors
+        )
 
     def _refuse(self, why: str) -> None:
         engine = self.engine
@@ -161,8 +173,13 @@ class BlockPlan:
         if arg.kind in (Kind.TUPLE, Kind.SHARDED_TUPLE) or not self.partition:
             return None
         if arg.kind is Kind.LOCAL:
-            self._refuse(f"argument {index} is a per-device (Local) value")
-        held = canonical_splits(arg.type, self.where, self.engine.name)  # {} unless SHARDED
+            raise UnsupportedError(
+                f"{self.where}: argument {index} is a per-device (Local) value (the result of "
+                "local, or computed from one) while another argument is split, so "
+                f"{self.engine.name} cannot tell which block of it each device holds; apply the "
+                "op to the sharded value before taking its local view"
+            )
+        held = self.splits_of(arg.type)  # {} unless SHARDED
         cuts: dict[int, Block] = {}
         for axis, access in enumerate(self._input_axes(index)):
             touched = [d for d in access.dims if d in self.partition]
@@ -189,7 +206,7 @@ class BlockPlan:
                     f"{touched[0]} on axis {axis} as {access}, not a plain projection; "
                     "insert reshard(x, Broadcast) on the split input first"
                 )
-            mesh_axes, extent = self.partition[access.dim]
+            mesh_axes, extent, _ = self.partition[access.dim]
             shape[axis] = extent // prod(self.mesh.shape[a] for a in mesh_axes)
         return tuple(shape)
 
@@ -238,7 +255,8 @@ class BlockPlan:
         """Check each mesh axis of result `index` against its type; say what completes or cuts
         it. `complete` is the op's combiner for a reduced Split under a replicated result."""
         field = self.out_fields[index]
-        out_splits = canonical_splits(field, self.where, self.engine.name)
+        read = self.splits_of(field)
+        out_splits = {axis: split.mesh_axes for axis, split in read.items()}
         out_axes = self._output_axes(index)
         local = self._local_shape(index)
         reduce: list[int] = []
@@ -252,7 +270,7 @@ class BlockPlan:
                     if local[out_axis] != self.out_shapes[index][out_axis]:
                         self._mismatch(label, "Split")
                     cuts[out_axis] = out_splits[out_axis]
-                elif read_at != [out_axis] or out_splits[out_axis] != self.partition[dim][0]:
+                elif read_at != [out_axis] or not _same_split(read[out_axis], self.partition[dim]):
                     self._mismatch(label, f"Split on logical axis {out_axis}")
             elif isinstance(attr, Partial):
                 if dim is None and not partial:
@@ -281,3 +299,18 @@ class BlockPlan:
             f"each device's block does not produce; the op needs {engine.article} {engine.rule} "
             "rule for this sharding (or the typeinfer rule that derived it is unsound)"
         )
+
+
+def _same_split(split: AxisSplit, block: Block) -> bool:
+    """Whether a result axis split as `split` holds exactly the partitioned dim's blocks."""
+    inner = None if split.canonical else split
+    return split.mesh_axes == block.mesh_axes and inner == block.split
+
+
+def _shown(block: Block) -> str:
+    """A partitioned dim as a refusal shows it: its mesh axes and extent, and the split factors
+    when they are inner ones."""
+    text = (block.mesh_axes, block.extent)
+    if block.split is None:
+        return str(text)
+    return f"{text} on factors {block.split.offsets} of {block.split.factors}"

@@ -264,9 +264,10 @@ def _sharded_eval(op: Gather, args, call):
         _check_range(op, index, axis, x.shape[axis])
         if not owners:
             return _eval(op, (x_local, index), out)
-        start, stop = call.block_range(0, axis, coord)
-        mine = (index >= start) & (index < stop)
-        rows = _eval(op, (x_local, np.where(mine, index - start, 0).astype(index.dtype)), out)
+        owned = call.indices(0, axis, coord)  # sorted: a block, or a strided set
+        mine = np.isin(index, owned)
+        local = np.where(mine, np.searchsorted(owned, index), 0).astype(index.dtype)
+        rows = _eval(op, (x_local, local), out)
         mask = mine.reshape((1,) * axis + mine.shape + (1,) * (rows.ndim - axis - mine.ndim))
         return np.where(mask, rows, np.zeros_like(rows))
 
