@@ -11,7 +11,9 @@ which `run` then judges against the oracle exactly as for one process.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import sys
 import tempfile
 import time
@@ -56,7 +58,11 @@ def run_on_processes(
     processes: int,
     bound: dict[str, int],
     timings: list[tuple[str, float]],
+    workdir: Path | None = None,
 ) -> list[np.ndarray]:
+    """The gathered results of the run; `workdir` (default: a scratch directory removed
+    afterwards) receives the inputs, the worker logs, the module text and each process's
+    report (`cli.run_worker`)."""
     from tilefoundry.exits.distributed import check_capacity, crossing_axes, launch_local
     from tilefoundry.exits.distributed.placement import crosses_processes
     from tilefoundry.exits.spmd import lower_spmd
@@ -64,14 +70,13 @@ def run_on_processes(
     module = lower_spmd(fn, bindings=bound or None)  # refuses what the SPMD exit cannot run
     check_capacity(module.mesh, processes, devices // processes)
     console = stdout_console()
-    with tempfile.TemporaryDirectory(prefix="tilefoundry-run-") as scratch:
-        work = Path(scratch)
+    with _workdir(workdir) as work:
         for i, array in enumerate(arrays):
             np.save(work / f"in{i}.npy", np.asarray(array))
         argv = [sys.executable, "-m", "tilefoundry.cli.run_worker", args.file, str(work)]
         argv += ["--func", args.func] if args.func else []
         argv += [f"--dim={name}={value}" for name, value in bound.items()]
-        argv += [f"--timeout={int(args.timeout)}"]
+        argv += [f"--timeout={max(1, math.ceil(args.timeout))}"]
         start = time.perf_counter()
         launch = launch_local(
             argv,
@@ -103,6 +108,16 @@ def run_on_processes(
         )
         console.print(f"  {c.kind} over {c.mesh_axes} ({c.source}): {over}")
     return results
+
+
+@contextlib.contextmanager
+def _workdir(given: Path | None):
+    if given is not None:
+        Path(given).mkdir(parents=True, exist_ok=True)
+        yield Path(given)
+        return
+    with tempfile.TemporaryDirectory(prefix="tilefoundry-run-") as scratch:
+        yield Path(scratch)
 
 
 def _axis(mesh, index: int) -> str:

@@ -35,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,13 +86,14 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def free_port() -> int:
-    """A port nothing listens on now (the kernel's pick; the caller still races for it)."""
+def free_port(avoid: Collection[int] = ()) -> int:
+    """A port nothing listens on now and not in `avoid` (ports that already failed); the kernel
+    picks it, and the caller still races other programs for it."""
     for _ in range(20):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.bind(("", 0))
             port = probe.getsockname()[1]
-        if port_is_free(port):
+        if port not in avoid and port_is_free(port):
             return port
     raise WorkerFailed("launch: found no free localhost port for the coordinator")
 
@@ -136,13 +137,14 @@ class LocalLaunch:
         timeout_s: float = 300.0,
         env: Mapping[str, str] | None = None,
         log_dir: str | os.PathLike | None = None,
+        avoid_ports: Collection[int] = (),
     ):
         if processes < 1:
             raise WorkerFailed(f"launch: processes={processes}; needs >= 1")
         self.argv, self.processes = list(argv), processes
         self.devices_per_process, self.timeout_s = devices_per_process, timeout_s
         self.env = dict(os.environ if env is None else env)
-        self.requested_port = port
+        self.requested_port, self.avoid_ports = port, frozenset(avoid_ports)
         self.port: int | None = None
         self.note = ""
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="tilefoundry-workers-"))
@@ -157,10 +159,10 @@ class LocalLaunch:
         if self.requested_port is not None and self.port is None:
             if port_is_free(self.requested_port):
                 return self.requested_port
-            chosen = free_port()
+            chosen = free_port(self.avoid_ports | {self.requested_port})
             self.note = f"coordinator port {self.requested_port} is in use; using {chosen}"
             return chosen
-        return free_port()
+        return free_port(self.avoid_ports)
 
     def start(self) -> list[Worker]:
         self.port = self._pick_port()
@@ -256,6 +258,7 @@ def launch_local(
     """Run P workers to completion (LocalLaunch.wait's guarantees); relaunch on a fresh port when
     process 0 could not bind the coordinator's. Returns the finished launch (its port, logs and
     note); raises WorkerFailed."""
+    failed_ports: set[int] = set()
     for attempt in range(1, port_attempts + 1):
         launch = LocalLaunch(
             argv,
@@ -265,6 +268,7 @@ def launch_local(
             timeout_s=timeout_s,
             env=env,
             log_dir=Path(log_dir) / f"attempt{attempt}" if log_dir else None,
+            avoid_ports=failed_ports,
         )
         launch.start()
         if on_start is not None:
@@ -273,6 +277,7 @@ def launch_local(
             launch.wait()
             return launch
         except CoordinatorPortInUse:
+            failed_ports.add(launch.port)
             if attempt == port_attempts:
                 raise
     raise AssertionError("unreachable")

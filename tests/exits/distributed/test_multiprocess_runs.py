@@ -1,0 +1,150 @@
+"""The same sharded program across processes (issue 16, "Done when": the Megatron MLP and the TP
+Llama layer run on 2 processes x 4 devices and on 4 processes x 2 devices, equal to the
+single-process 8-device run: same module, same collectives, same numbers).
+
+Each run goes through the command's own multi-process path (`cli.run_processes`, which launches
+`cli.run_worker` under `launch_local`) into a kept work directory, so the test reads what every
+process did: the module text it ran, the blocks it loaded (DESIGN §4.13 placement: process p
+holds mesh partitions p*L .. (p+1)*L-1, so it loads only their blocks), the gathered results.
+The baseline is run_xla(devices=8) in one fresh 8-device interpreter; the oracle is the
+reference evaluator.
+"""
+
+import argparse
+import json
+import multiprocessing
+import os
+import re
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+import pytest
+
+from exits.distributed import single_worker
+from exits.distributed.programs import CASES, SPLITS
+from exits.spmd import spmd_worker
+from tilefoundry.cli import main
+from tilefoundry.cli.run_processes import run_on_processes
+from tilefoundry.evaluator import evaluate
+from tilefoundry.exits.spmd import lower_spmd
+from tilefoundry.exits.spmd.xla import _block as block_of
+
+pytest.importorskip("jax", reason="multi-process runs need jax[lib]")
+
+TIMEOUT_S = 240
+REORDERING = 8 * float(np.finfo(np.float32).eps)
+"""Normwise bound on the difference of two f32 sums of 8 addends taken in different orders."""
+COLLECTIVE = re.compile(
+    r'"stablehlo\.(all_reduce|all_gather|all_to_all|reduce_scatter|'
+    r'collective_permute|collective_broadcast)"'
+)
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    """case name -> the single-process 8-device results (one fresh interpreter for all)."""
+    pool = ProcessPoolExecutor(
+        max_workers=1,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=spmd_worker.start,
+    )
+    try:
+        yield {
+            case.name: pool.submit(
+                single_worker.run_file, case.path, case.func, case.inputs(), 8
+            ).result(timeout=TIMEOUT_S)
+            for case in CASES
+        }
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def flat(value) -> list[np.ndarray]:
+    return [a for v in value for a in flat(v)] if isinstance(value, tuple) else [value]
+
+
+def owned_partitions(process: int, processes: int, devices: int) -> range:
+    per = devices // processes
+    return range(process * per, (process + 1) * per)
+
+
+@pytest.mark.parametrize(("processes", "local"), SPLITS)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_the_program_runs_across_processes_like_on_one(case, processes, local, baseline, tmp_path):
+    fn, arrays = case.function(), case.inputs()
+    devices = processes * local
+    args = argparse.Namespace(file=case.path, func=case.func, timeout=TIMEOUT_S)
+    timings = []
+    got = run_on_processes(args, fn, arrays, devices, processes, {}, timings, workdir=tmp_path)
+
+    # same module: the processes ran exactly the single-process SPMD text ...
+    single = lower_spmd(fn)
+    ran = (tmp_path / "module.mlir").read_text()
+    assert ran == single.text
+    # ... so the same collectives: the ones the single-process lowering recorded, in order
+    assert COLLECTIVE.findall(ran) == [c.kind for c in single.collectives] != []
+    # same numbers: the one-process run's up to the order in which an all-reduce adds its
+    # addends (gloo's cross-process reduction orders them differently from the in-process one,
+    # so the f32 results may differ in the last bits, normwise), and the oracle's
+    want = flat(baseline[case.name])
+    assert len(got) == len(want)
+    for g, w, o in zip(got, want, flat(evaluate(fn, *arrays)), strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        scale = max(1.0, float(np.abs(w).max()))
+        assert float(np.abs(g - w).max()) <= REORDERING * scale
+        np.testing.assert_allclose(g, o, rtol=1e-4, atol=1e-4 * scale)
+
+    # each process loaded only the blocks its own devices hold, and all blocks were loaded
+    reports = [json.loads((tmp_path / f"process{p}.json").read_text()) for p in range(processes)]
+    for p, report in enumerate(reports):
+        coords = {tuple(c) for shards in report["coords"] for c in shards}
+        partitions = owned_partitions(p, processes, devices)
+        assert len(coords) == local
+        for param, index in report["loaded"]:
+            type_ = fn.params[param].type
+            shape = arrays[param].shape
+            held = set()
+            for d in partitions:
+                coord = np.unravel_index(d, _mesh_shape(fn))
+                held.add(
+                    tuple(
+                        (s.start or 0, s.stop or n)
+                        for s, n in zip(block_of(type_, shape, tuple(coord)), shape, strict=True)
+                    )
+                )
+            assert tuple(map(tuple, index)) in held, (p, param, index)
+    for param, array in enumerate(arrays):
+        loaded = {tuple(map(tuple, i)) for r in reports for q, i in r["loaded"] if q == param}
+        covered = np.zeros(array.shape, bool)
+        for index in loaded:
+            covered[tuple(slice(a, b) for a, b in index)] = True
+        assert covered.all(), f"parameter {param} was not fully loaded"
+
+
+def _mesh_shape(fn) -> tuple[int, ...]:
+    for p in fn.params:
+        layout = p.type.layout
+        if hasattr(layout, "mesh"):
+            return tuple(int(e) for e in layout.mesh.shape)
+    raise AssertionError("no sharded parameter")
+
+
+def test_the_command_refuses_a_process_count_the_mesh_cannot_divide(capsys):
+    path = CASES[0].path
+    assert main(["run", path, "--backend", "xla", "--processes", "3"]) == 1
+    assert "8 devices, which do not divide over --processes 3" in capsys.readouterr().err
+    assert main(["run", path, "--processes", "2"]) == 1
+    assert "--processes runs the SPMD module on XLA; add --backend xla" in capsys.readouterr().err
+
+
+def test_the_command_stops_every_worker_when_the_run_times_out(capsys):
+    path = CASES[0].path
+    status = main(["run", path, "--backend", "xla", "--processes", "2", "--timeout", "0.5"])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert "the run did not finish within 0.5 s; stopped worker 0 (pid" in err
+    pids = [int(pid) for pid in re.findall(r"worker \d: pid (\d+)", err)]
+    assert len(pids) == 2
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
