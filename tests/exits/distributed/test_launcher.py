@@ -166,3 +166,40 @@ def test_killing_a_worker_mid_collective_ends_the_run_naming_it(tmp_path):
         launch.stop()
     assert f"worker 1 of 2 (pid {launch.pids[1]}) was killed by SIGKILL" in str(failed.value)
     assert_gone(launch.pids)
+
+
+LAUNCHER = (
+    "import sys\n"
+    "from tilefoundry.exits.distributed import launch_local\n"
+    "def show(run):\n"
+    "    print(' '.join(map(str, run.pids)), flush=True)\n"
+    "launch_local([sys.executable, '-c', 'import time; time.sleep(600)'], 2, on_start=show)\n"
+)
+
+
+def gone_or_zombie(pid: int) -> bool:
+    """Dead, or dead and waiting for its (new) parent to reap it: either way not running."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_launcher_that_is_stopped_or_killed_takes_its_workers_with_it(sig):
+    """SIGTERM: the launcher's handler stops and reaps its workers before it dies. SIGKILL (no
+    handler can run): each worker asked the kernel to kill it when its parent dies."""
+    import subprocess
+
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, text=True)
+    pids = [int(p) for p in launcher.stdout.readline().split()]
+    assert len(pids) == 2
+    launcher.send_signal(sig)
+    assert launcher.wait(timeout=60) == -sig
+    deadline = time.monotonic() + 30
+    while not all(gone_or_zombie(pid) for pid in pids):
+        assert time.monotonic() < deadline, "a worker outlived its launcher"
+        time.sleep(0.05)
+    if sig == signal.SIGTERM:
+        assert_gone(pids)  # reaped by the launcher itself

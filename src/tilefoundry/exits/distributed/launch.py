@@ -116,12 +116,19 @@ def worker_env(
     return env
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: be killed when the launcher dies (Linux), so a launcher
-    killed by SIGKILL leaves no orphans either."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    """What the child runs before exec: be killed when the launcher dies (Linux), so a launcher
+    killed by SIGKILL leaves no orphans either; a launcher that died before this ran already
+    counts."""
+
+    def arm() -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return arm
 
 
 class LocalLaunch:
@@ -150,6 +157,7 @@ class LocalLaunch:
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="tilefoundry-workers-"))
         self.workers: list[Worker] = []
         self._popens: list[subprocess.Popen] = []
+        self._restore_signals: Callable[[], None] = lambda: None
 
     @property
     def pids(self) -> list[int]:
@@ -168,7 +176,8 @@ class LocalLaunch:
         self.port = self._pick_port()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         _LIVE.add(self)
-        preexec = _die_with_parent if sys.platform.startswith("linux") else None
+        self._restore_signals = _stop_on_signals()
+        preexec = _die_with_parent(os.getpid()) if sys.platform.startswith("linux") else None
         for p in range(self.processes):
             log = self.log_dir / f"worker{p}.log"
             env = worker_env(self.env, self.port, self.processes, p, self.devices_per_process)
@@ -190,17 +199,16 @@ class LocalLaunch:
         """Block until every worker succeeded; else stop them all and raise WorkerFailed."""
         deadline = time.monotonic() + self.timeout_s
         try:
-            with _stop_on_signals():
-                while True:
-                    codes = [p.poll() for p in self._popens]
-                    failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
-                    if failed:
-                        raise self._failure(failed[0], codes[failed[0]])
-                    if all(c == 0 for c in codes):
-                        return
-                    if time.monotonic() > deadline:
-                        raise self._timeout([i for i, c in enumerate(codes) if c is None])
-                    time.sleep(POLL_S)
+            while True:
+                codes = [p.poll() for p in self._popens]
+                failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
+                if failed:
+                    raise self._failure(failed[0], codes[failed[0]])
+                if all(c == 0 for c in codes):
+                    return
+                if time.monotonic() > deadline:
+                    raise self._timeout([i for i, c in enumerate(codes) if c is None])
+                time.sleep(POLL_S)
         finally:
             self.stop()
 
@@ -217,6 +225,8 @@ class LocalLaunch:
             _signal_group(popen.pid, signal.SIGKILL)  # stragglers and any children they left
             popen.wait()
         _LIVE.discard(self)
+        self._restore_signals()
+        self._restore_signals = lambda: None
 
     def _failure(self, index: int, code: int) -> WorkerFailed:
         worker = self.workers[index]
@@ -310,13 +320,12 @@ def _stop_all() -> None:
 atexit.register(_stop_all)
 
 
-@contextlib.contextmanager
-def _stop_on_signals():
-    """While waiting in the main thread: SIGTERM/SIGHUP stop the workers, then act as before
-    (Ctrl-C raises KeyboardInterrupt, which `wait`'s `finally` already handles)."""
+def _stop_on_signals() -> Callable[[], None]:
+    """From before the first worker starts until the launch is stopped, in the main thread:
+    SIGTERM/SIGHUP stop every live launch, then act as before (Ctrl-C raises
+    KeyboardInterrupt, which `wait`'s `finally` handles). Returns the undo."""
     if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+        return lambda: None
     previous = {}
 
     def handler(signum, frame):
@@ -326,8 +335,9 @@ def _stop_on_signals():
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         previous[sig] = signal.signal(sig, handler)
-    try:
-        yield
-    finally:
+
+    def restore() -> None:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+    return restore
