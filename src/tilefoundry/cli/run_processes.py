@@ -29,6 +29,8 @@ from tilefoundry.ir.hir import Function
 def processes_for(args: argparse.Namespace, fn: Function, devices: int | None) -> int | None:
     """The process count asked for, checked against the backend and the mesh; None for one."""
     processes = getattr(args, "processes", None)
+    if args.backend == "xla" and devices and devices // (processes or 1) > 1:
+        _check_host_devices(fn, devices, processes or 1)
     if processes is None or processes == 1:
         return None
     if processes < 1:
@@ -48,6 +50,24 @@ def processes_for(args: argparse.Namespace, fn: Function, devices: int | None) -
             f"--processes {processes}; use a process count that divides {devices}"
         )
     return processes
+
+
+def _check_host_devices(fn: Function, devices: int, processes: int) -> None:
+    """The CPU client's per-process device limit (`placement.MAX_CPU_DEVICES_PER_PROCESS`),
+    checked before jax starts: past it XLA fails only after a long start-up."""
+    from tilefoundry.exits.distributed.placement import (
+        MAX_CPU_DEVICES_PER_PROCESS,
+        fewest_cpu_processes,
+    )
+
+    if devices // processes <= MAX_CPU_DEVICES_PER_PROCESS:
+        return
+    fits = fewest_cpu_processes(devices, processes)
+    raise VerifyError(
+        f"Function {fn.name}: its mesh needs {devices} devices, {devices // processes} per "
+        f"process, but an XLA CPU process holds at most {MAX_CPU_DEVICES_PER_PROCESS}; add "
+        f"--processes {fits} ({devices // fits} devices each)"
+    )
 
 
 def run_on_processes(

@@ -148,3 +148,36 @@ def test_the_command_stops_every_worker_when_the_run_times_out(capsys):
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+HUGE_MESH = """
+from tilefoundry import Tensor, func
+from tilefoundry.dsl import tf
+from tilefoundry.ir.types.shard import B, Layout, ShardLayout, make_mesh
+
+M = make_mesh((4096,), ("d",))
+
+
+@func
+def huge(x: Tensor[(4096 @ M.d,), "f32"]):
+    return tf.reshard(x, layout=ShardLayout(Layout((4096,)), (B,), M), storage="gmem")
+"""
+
+
+def test_a_mesh_one_cpu_process_cannot_hold_is_refused_before_jax_starts(tmp_path, capsys):
+    """Issue 16: a 4,096-device mesh used to fail inside XLA after a long start-up; XLA's CPU
+    client numbers a process's devices process*2048 + i, so the command refuses it up front,
+    with the counts and the process count that fits (the refusal precedes any worker or
+    backend: nothing else in `run` has happened yet when it is raised)."""
+    from tilefoundry.cli.program import load_program
+    from tilefoundry.cli.run_processes import processes_for
+
+    path = tmp_path / "huge.py"
+    path.write_text(HUGE_MESH)
+    assert main(["run", str(path), "--backend", "xla"]) == 1
+    err = capsys.readouterr().err
+    assert "its mesh needs 4096 devices, 4096 per process, but an XLA CPU process holds at" in err
+    assert "most 2048; add --processes 2 (2048 devices each)" in err
+    fn = load_program(str(path)).entry(None)
+    args = argparse.Namespace(backend="xla", processes=2)
+    assert processes_for(args, fn, 4096) == 2

@@ -21,6 +21,35 @@ from tilefoundry.exits.distributed.config import WHERE
 from tilefoundry.exits.spmd.mesh import axis_names
 from tilefoundry.ir.types.shard import Mesh
 
+MAX_CPU_DEVICES_PER_PROCESS = 2048
+"""XLA's CPU client numbers devices `process_index * 2048 + i`, so a process with more host
+devices has ids that read as another process's ("Multiprocess computations aren't implemented
+on the CPU backend", after a long start-up)."""
+
+
+def fewest_cpu_processes(devices: int, at_least: int = 1) -> int:
+    """The smallest process count (>= `at_least`) dividing `devices` whose processes each hold
+    at most MAX_CPU_DEVICES_PER_PROCESS devices."""
+    return next(
+        p
+        for p in range(max(1, at_least), devices + 1)
+        if devices % p == 0 and devices // p <= MAX_CPU_DEVICES_PER_PROCESS
+    )
+
+
+def check_host_devices(devices: int, processes: int) -> None:
+    """Refuse, in microseconds, a CPU run whose processes would each hold more devices than
+    XLA's CPU client can number; the remedy names the fewest processes that fit."""
+    per_process = devices // processes
+    if per_process <= MAX_CPU_DEVICES_PER_PROCESS:
+        return
+    fits = fewest_cpu_processes(devices, processes)
+    raise UnsupportedError(
+        f"{WHERE}: the mesh needs {devices} devices, {per_process} in each of {processes} "
+        f"process(es), but an XLA CPU process holds at most {MAX_CPU_DEVICES_PER_PROCESS}; run "
+        f"it on {fits} processes ({devices // fits} devices each)"
+    )
+
 
 def check_capacity(mesh: Mesh, num_processes: int, local_devices: int | None) -> None:
     """Refuse a mesh the run cannot hold, with the counts, before anything starts.
