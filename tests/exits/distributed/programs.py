@@ -22,6 +22,11 @@ class Case:
     file: str
     func: str | None = None
     seed: int = 0
+    reordering: float = 8 * float(np.finfo(np.float32).eps)
+    """Normwise bound on |multi-process - one-process| / max(1, max |one-process|): the two
+    differ only in the order an all-reduce adds its addends (gloo across processes, XLA's own
+    in one). 8 eps covers one sum of 8 f32 addends; a program with many reductions feeding
+    nonlinearities may need more (say why in its row)."""
 
     @property
     def path(self) -> str:
