@@ -35,6 +35,8 @@ def processes_for(args: argparse.Namespace, fn: Function, devices: int | None) -
         return None
     if processes < 1:
         raise VerifyError(f"Function {fn.name}: --processes {processes}; needs at least 1")
+    if args.timeout <= 0:
+        raise VerifyError(f"Function {fn.name}: --timeout {args.timeout:g}; needs seconds > 0")
     if args.backend != "xla":
         raise VerifyError(
             f"Function {fn.name}: --processes runs the SPMD module on XLA; add --backend xla"

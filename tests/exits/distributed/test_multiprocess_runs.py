@@ -177,5 +177,5 @@ def test_a_mesh_one_cpu_process_cannot_hold_is_refused_before_jax_starts(tmp_pat
     assert "its mesh needs 4096 devices, 4096 per process, but an XLA CPU process holds at" in err
     assert "most 2048; add --processes 2 (2048 devices each)" in err
     fn = load_program(str(path)).entry(None)
-    args = argparse.Namespace(backend="xla", processes=2)
+    args = argparse.Namespace(backend="xla", processes=2, timeout=300.0)
     assert processes_for(args, fn, 4096) == 2
