@@ -116,15 +116,20 @@ def worker_env(
     return env
 
 
-def _die_with_parent(parent: int) -> Callable[[], None]:
-    """What the child runs before exec: be killed when the launcher dies (Linux), so a launcher
+def _die_with_parent(parent: int) -> Callable[[], None] | None:
+    """What the child runs before exec (Linux): be killed when the launcher dies, so a launcher
     killed by SIGKILL leaves no orphans either; a launcher that died before this ran already
-    counts."""
+    counts. libc is resolved here, in the parent: the child, forked from a process that may run
+    threads, only calls a resolved function (no loading, no imports) before exec."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
 
     def arm() -> None:
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:
             os._exit(1)
 
@@ -177,7 +182,7 @@ class LocalLaunch:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         _LIVE.add(self)
         self._restore_signals = _stop_on_signals()
-        preexec = _die_with_parent(os.getpid()) if sys.platform.startswith("linux") else None
+        preexec = _die_with_parent(os.getpid())
         for p in range(self.processes):
             log = self.log_dir / f"worker{p}.log"
             env = worker_env(self.env, self.port, self.processes, p, self.devices_per_process)
