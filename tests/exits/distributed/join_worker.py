@@ -5,7 +5,9 @@ says which process it is). Every mode first joins the run (jax.distributed, gloo
 READY_DIR/ready<p>. Modes:
 - `collective`: process 0 enters a sum over all processes' devices; the others sleep, so
   process 0 blocks inside the collective until the test kills a sleeper;
-- `join`: exit 0 after joining.
+- `join`: join with jax's own `jax.distributed.initialize` (as a user whose cluster jax detects
+  would), then check that ours accepts the joined run and reads this process's place from it;
+  exit 0.
 """
 
 import sys
@@ -14,11 +16,20 @@ from pathlib import Path
 
 
 def main(mode: str, ready_dir: str) -> int:
+    import jax
+
     from tilefoundry.exits.distributed import config_from_environment, initialize
+    from tilefoundry.exits.distributed.runtime import _this_process
 
     config = config_from_environment()
+    if mode == "join":
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(
+            config.coordinator_address, config.num_processes, config.process_id
+        )
+        place = _this_process()
+        assert (place.num_processes, place.process_id) == (config.num_processes, config.process_id)
     initialize(config, timeout_s=60)
-    import jax
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 

@@ -67,6 +67,16 @@ def initialize(config: ProcessConfig, *, timeout_s: int = 300) -> None:
                 f"{WHERE}: this process already joined {_JOINED[0]}; a process joins one run"
             )
         return
+    if jax.distributed.is_initialized():  # the caller joined the run itself
+        joined = (jax.process_count(), jax.process_index())
+        if joined != (config.num_processes, config.process_id):
+            raise UnsupportedError(
+                f"{WHERE}: jax already joined a run as process {joined[1]} of {joined[0]}, "
+                f"but the configuration says process {config.process_id} of "
+                f"{config.num_processes}; pass config= matching the run, or none"
+            )
+        _JOINED.append(config)
+        return
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     try:
         jax.distributed.initialize(
@@ -82,6 +92,28 @@ def initialize(config: ProcessConfig, *, timeout_s: int = 300) -> None:
             "this process runs anything else on jax"
         ) from None
     _JOINED.append(config)
+
+
+def _this_process() -> ProcessConfig:
+    """The environment's ProcessConfig, or, when the caller already joined a run with
+    `jax.distributed.initialize()` (e.g. by jax's own cluster detection), that run's."""
+    import sys
+
+    if "jax" in sys.modules:
+        import jax
+
+        if jax.distributed.is_initialized():
+            address = _joined_address() or "already-joined:0"  # not used again once joined
+            return ProcessConfig(address, jax.process_count(), jax.process_index())
+    return config_from_environment()
+
+
+def _joined_address() -> str | None:
+    try:
+        from jax._src import distributed
+    except ImportError:
+        return None
+    return getattr(getattr(distributed, "global_state", None), "coordinator_address", None)
 
 
 def global_shapes(module: SpmdModule, bindings: Mapping[str, int]) -> list[tuple[int, ...]]:
@@ -105,7 +137,7 @@ def run_distributed(
     (there are no global arrays to read them from). A mesh the run cannot hold is refused
     before this process joins the run.
     """
-    config = config or config_from_environment()
+    config = config or _this_process()
     bindings = dict(dims or {})
     module = lower_spmd(fn, bindings=bindings or None)
     check_capacity(module.mesh, config.num_processes, config.local_devices)
