@@ -51,7 +51,11 @@ from tilefoundry.exits.distributed.config import (
 GRACE_S = 2.0
 """How long a stopped worker gets between SIGTERM and SIGKILL."""
 POLL_S = 0.05
-PORT_IN_USE_MARKERS = ("Failed to add port to server", "Address already in use")
+PORT_IN_USE_MARKERS = (
+    "Failed to add port to server",  # grpc, when jax's coordinator cannot bind
+    "Failed to start RPC server",  # jax's exception that follows it
+    "Address already in use",
+)
 _LIVE: set[LocalLaunch] = set()
 
 
@@ -242,7 +246,7 @@ class LocalLaunch:
         )
         tail = log_tail(worker.log)
         kind = WorkerFailed
-        if index == 0 and any(m in tail for m in PORT_IN_USE_MARKERS):
+        if index == 0 and any(m in _read(worker.log) for m in PORT_IN_USE_MARKERS):
             kind = CoordinatorPortInUse
         return kind(
             f"worker {worker.process_id} of {self.processes} (pid {worker.pid}) {how}; the "
@@ -298,12 +302,18 @@ def launch_local(
     raise AssertionError("unreachable")
 
 
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
 def log_tail(path: Path, lines: int = 12) -> str:
     """The last lines of a worker log that say something (gloo's connection chatter dropped)."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return "(no log)"
+    text = _read(path)
+    if not text:
+        return "(empty log)"
     kept = [line for line in text.splitlines() if line.strip() and "[Gloo]" not in line]
     return "\n".join(kept[-lines:]) or "(empty log)"
 
