@@ -203,3 +203,26 @@ def test_a_launcher_that_is_stopped_or_killed_takes_its_workers_with_it(sig):
         time.sleep(0.05)
     if sig == signal.SIGTERM:
         assert_gone(pids)  # reaped by the launcher itself
+
+
+def test_of_workers_failing_together_the_one_killed_from_outside_is_named_first():
+    """Worker 0 aborts (how jax reacts to a lost peer) and worker 1 is killed, both before the
+    launcher looks: the kill is the cause, so worker 1 is named first and worker 0 after it."""
+    code = (
+        "import os, signal, time\n"
+        "if os.environ['TILEFOUNDRY_PROCESS_ID'] == '0':\n"
+        "    time.sleep(0.3); os.abort()\n"
+        "time.sleep(0.3); os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    launch = LocalLaunch(python(code), 2, timeout_s=60)
+    launch.start()
+    deadline = time.monotonic() + 60
+    while not all(gone_or_zombie(pid) for pid in launch.pids):  # both dead before the first poll
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    with pytest.raises(WorkerFailed) as failed:
+        launch.wait()
+    message = str(failed.value)
+    assert message.startswith(f"worker 1 of 2 (pid {launch.pids[1]}) was killed by SIGKILL;")
+    assert f"worker 0 (pid {launch.pids[0]}) was killed by SIGABRT too;" in message
+    assert_gone(launch.pids)

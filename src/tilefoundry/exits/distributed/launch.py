@@ -212,7 +212,7 @@ class LocalLaunch:
                 codes = [p.poll() for p in self._popens]
                 failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
                 if failed:
-                    raise self._failure(failed[0], codes[failed[0]])
+                    raise self._failure(failed, codes)
                 if all(c == 0 for c in codes):
                     return
                 if time.monotonic() > deadline:
@@ -237,20 +237,23 @@ class LocalLaunch:
         self._restore_signals()
         self._restore_signals = lambda: None
 
-    def _failure(self, index: int, code: int) -> WorkerFailed:
-        worker = self.workers[index]
-        how = (
-            f"was killed by {signal.Signals(-code).name}"
-            if code < 0 and -code in signal.valid_signals()
-            else f"exited with status {code}"
-        )
+    def _failure(self, failed: list[int], codes: list[int | None]) -> WorkerFailed:
+        """Name the worker that failed first. Workers seen failing in the same poll are ordered
+        cause before consequence: a worker killed from outside (any signal but SIGABRT) before
+        one that aborted or exited non-zero, which is how jax reacts to a lost peer."""
+        failed = sorted(failed, key=lambda i: (not _killed_from_outside(codes[i]), i))
+        index, worker = failed[0], self.workers[failed[0]]
         tail = log_tail(worker.log)
         kind = WorkerFailed
         if index == 0 and any(m in _read(worker.log) for m in PORT_IN_USE_MARKERS):
             kind = CoordinatorPortInUse
+        also = "".join(
+            f" worker {i} (pid {self.workers[i].pid}) {_how(codes[i])} too;" for i in failed[1:]
+        )
         return kind(
-            f"worker {worker.process_id} of {self.processes} (pid {worker.pid}) {how}; the "
-            f"other workers were stopped. Its log ({worker.log}) ends:\n{_indent(tail)}"
+            f"worker {worker.process_id} of {self.processes} (pid {worker.pid}) "
+            f"{_how(codes[index])};{also} the other workers were stopped. Its log "
+            f"({worker.log}) ends:\n{_indent(tail)}"
         )
 
     def _timeout(self, running: list[int]) -> WorkerFailed:
@@ -300,6 +303,16 @@ def launch_local(
             if attempt == port_attempts:
                 raise
     raise AssertionError("unreachable")
+
+
+def _how(code: int) -> str:
+    if code < 0 and -code in signal.valid_signals():
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with status {code}"
+
+
+def _killed_from_outside(code: int) -> bool:
+    return code < 0 and -code != signal.SIGABRT
 
 
 def _read(path: Path) -> str:
