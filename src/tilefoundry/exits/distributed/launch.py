@@ -154,11 +154,13 @@ class LocalLaunch:
         env: Mapping[str, str] | None = None,
         log_dir: str | os.PathLike | None = None,
         avoid_ports: Collection[int] = (),
+        grace_s: float = GRACE_S,
     ):
         if processes < 1:
             raise WorkerFailed(f"launch: processes={processes}; needs >= 1")
         self.argv, self.processes = list(argv), processes
         self.devices_per_process, self.timeout_s = devices_per_process, timeout_s
+        self.grace_s = grace_s
         self.env = dict(os.environ if env is None else env)
         self.requested_port, self.avoid_ports = port, frozenset(avoid_ports)
         self.port: int | None = None
@@ -222,11 +224,12 @@ class LocalLaunch:
             self.stop()
 
     def stop(self) -> None:
-        """SIGTERM every worker's process group, SIGKILL what is left after GRACE_S, reap all."""
+        """SIGTERM every worker's process group, SIGKILL what is left after `grace_s`, reap
+        all."""
         live = [p for p in self._popens if p.poll() is None]
         for popen in live:
             _signal_group(popen.pid, signal.SIGTERM)
-        deadline = time.monotonic() + GRACE_S
+        deadline = time.monotonic() + self.grace_s
         for popen in live:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(max(0.0, deadline - time.monotonic()))
