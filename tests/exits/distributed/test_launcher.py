@@ -14,6 +14,7 @@ import signal
 import socket
 import sys
 import time
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from tilefoundry.exits.distributed import LocalLaunch, WorkerFailed, launch_loca
 from tilefoundry.exits.distributed import launch as launch_module
 
 JOIN_WORKER = str(Path(__file__).with_name("join_worker.py"))
+needs_jax = pytest.mark.skipif(find_spec("jax") is None, reason="these workers run jax")
 
 
 def python(code: str) -> list[str]:
@@ -123,6 +125,7 @@ def test_losing_the_port_race_relaunches_on_a_fresh_port(tmp_path):
     assert_gone([pid for _, pids in starts for pid in pids])
 
 
+@needs_jax
 def test_jax_losing_the_coordinator_port_is_retried_on_another(tmp_path, monkeypatch):
     """Real jax: the busy port gets past the check (forced here), process 0 cannot bind it, the
     launcher recognises jax's failure and relaunches on a free port, where the run joins."""
@@ -147,6 +150,7 @@ def test_jax_losing_the_coordinator_port_is_retried_on_another(tmp_path, monkeyp
     assert_gone([pid for _, pids in starts for pid in pids])
 
 
+@needs_jax
 def test_killing_a_worker_mid_collective_ends_the_run_naming_it(tmp_path):
     """Real jax: both workers join; worker 0 waits in a sum over both processes' devices while
     worker 1 sleeps; killing worker 1 ends the run at once (not at the timeout)."""
