@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import json
 import math
+import shutil
 import sys
 import tempfile
 import time
@@ -99,15 +100,19 @@ def run_on_processes(
         argv += ["--func", args.func] if args.func else []
         argv += [f"--dim={name}={value}" for name, value in bound.items()]
         argv += [f"--timeout={max(1, math.ceil(args.timeout))}"]
+        # the logs outlive a failed run (its message points at them); a good run removes them
+        logs = work / "logs" if workdir is not None else Path(tempfile.mkdtemp(prefix="tf-logs-"))
         start = time.perf_counter()
         launch = launch_local(
             argv,
             processes,
             devices_per_process=devices // processes,
             timeout_s=args.timeout,
-            log_dir=work / "logs",
+            log_dir=logs,
             on_start=_announce,
         )
+        if workdir is None:
+            shutil.rmtree(logs, ignore_errors=True)
         timings.append((f"{processes} processes: launch to finish", time.perf_counter() - start))
         report = json.loads((work / "process0.json").read_text())
         for label, secs in report["timings"]:

@@ -15,6 +15,7 @@ import json
 import multiprocessing
 import os
 import re
+import shutil
 from concurrent.futures import ProcessPoolExecutor
 from importlib.util import find_spec
 
@@ -146,6 +147,9 @@ def test_the_command_stops_every_worker_when_the_run_times_out(capsys):
     err = capsys.readouterr().err
     assert status == 1
     assert "the run did not finish within 0.5 s; stopped worker 0 (pid" in err
+    logs = re.search(r"the logs are in (\S+)", err).group(1)  # kept for the user to read
+    assert os.path.isfile(os.path.join(logs, "worker0.log"))
+    shutil.rmtree(os.path.dirname(logs))
     pids = [int(pid) for pid in re.findall(r"worker \d: pid (\d+)", err)]
     assert len(pids) == 2
     for pid in pids:
