@@ -62,14 +62,14 @@ def test_workers_learn_their_place_and_their_devices(tmp_path):
     assert_gone(launch.pids)
 
 
-def test_a_failing_worker_ends_the_run_and_is_named():
+def test_a_failing_worker_ends_the_run_and_is_named(tmp_path):
     code = (
         "import os, sys, time\n"
         "if os.environ['TILEFOUNDRY_PROCESS_ID'] == '1':\n"
         "    print('bad shard on worker one', flush=True); sys.exit(3)\n"
         "time.sleep(600)"
     )
-    launch = LocalLaunch(python(code), 3, timeout_s=120)
+    launch = LocalLaunch(python(code), 3, timeout_s=120, log_dir=tmp_path)
     launch.start()
     with pytest.raises(WorkerFailed) as failed:
         launch.wait()
@@ -79,18 +79,18 @@ def test_a_failing_worker_ends_the_run_and_is_named():
     assert_gone(launch.pids)
 
 
-def test_a_run_past_its_timeout_is_stopped_and_says_who_was_still_running():
+def test_a_run_past_its_timeout_is_stopped_and_says_who_was_still_running(tmp_path):
     code = "import time; time.sleep(600)"
-    launch = LocalLaunch(python(code), 2, timeout_s=0.5)
+    launch = LocalLaunch(python(code), 2, timeout_s=0.5, log_dir=tmp_path)
     launch.start()
     with pytest.raises(WorkerFailed, match=r"did not finish within 0\.5 s; stopped worker 0 "):
         launch.wait()
     assert_gone(launch.pids)
 
 
-def test_a_worker_ignoring_sigterm_is_killed_after_the_grace_period():
+def test_a_worker_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
     code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
-    launch = LocalLaunch(python(code), 1, timeout_s=0.3, grace_s=0.2)
+    launch = LocalLaunch(python(code), 1, timeout_s=0.3, grace_s=0.2, log_dir=tmp_path)
     launch.start()
     with pytest.raises(WorkerFailed, match="did not finish"):
         launch.wait()
@@ -119,7 +119,9 @@ def test_losing_the_port_race_relaunches_on_a_fresh_port(tmp_path):
         "    sys.exit(1)\n"
     )
     starts = []
-    launch = launch_local(python(code), 2, on_start=lambda run: starts.append((run.port, run.pids)))
+    launch = launch_local(
+        python(code), 2, log_dir=tmp_path, on_start=lambda run: starts.append((run.port, run.pids))
+    )
     assert [port for port, _ in starts][-1] == launch.port and len(starts) == 2
     assert starts[0][0] != starts[1][0]
     assert_gone([pid for _, pids in starts for pid in pids])
@@ -143,6 +145,7 @@ def test_jax_losing_the_coordinator_port_is_retried_on_another(tmp_path, monkeyp
             devices_per_process=1,
             port=port,
             timeout_s=120,
+            log_dir=tmp_path / "logs",
             on_start=lambda run: starts.append((run.port, run.pids)),
         )
     assert starts[0][0] == port and launch.port != port and len(starts) == 2
@@ -159,6 +162,7 @@ def test_killing_a_worker_mid_collective_ends_the_run_naming_it(tmp_path):
         2,
         devices_per_process=2,
         timeout_s=120,
+        log_dir=tmp_path / "logs",
     )
     launch.start()
     try:
@@ -180,10 +184,10 @@ signal.signal(signal.SIGTERM, lambda *_: print("launcher: its own SIGTERM handle
 sleepers = [sys.executable, "-c", "import time; time.sleep(600)"]
 show = lambda run: print(" ".join(map(str, run.pids)), flush=True)
 try:
-    launch_local(sleepers, 2, on_start=show)
+    launch_local(sleepers, 2, on_start=show, log_dir=sys.argv[1] + "/first")
 except WorkerFailed as err:
     print("launcher:", str(err).splitlines()[0], flush=True)
-launch_local(sleepers, 2, on_start=show)
+launch_local(sleepers, 2, on_start=show, log_dir=sys.argv[1] + "/second")
 """
 
 
@@ -196,13 +200,15 @@ def gone_or_zombie(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
-def test_a_launcher_that_is_stopped_or_killed_takes_its_workers_with_it():
+def test_a_launcher_that_is_stopped_or_killed_takes_its_workers_with_it(tmp_path):
     """One launcher process, two launches. SIGTERM: the launcher stops and reaps its workers,
     then acts as before (here its own handler, which lets it go on). SIGKILL (no handler can
     run): each worker asked the kernel to kill it when its parent dies."""
     import subprocess
 
-    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, text=True)
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
     try:
         first = [int(p) for p in launcher.stdout.readline().split()]
         launcher.send_signal(signal.SIGTERM)
@@ -221,7 +227,7 @@ def test_a_launcher_that_is_stopped_or_killed_takes_its_workers_with_it():
         time.sleep(0.05)
 
 
-def test_of_workers_failing_together_the_one_killed_from_outside_is_named_first():
+def test_of_workers_failing_together_the_one_killed_from_outside_is_named_first(tmp_path):
     """Worker 0 aborts (how jax reacts to a lost peer) and worker 1 is killed, both before the
     launcher looks: the kill is the cause, so worker 1 is named first and worker 0 after it."""
     code = (
@@ -230,7 +236,7 @@ def test_of_workers_failing_together_the_one_killed_from_outside_is_named_first(
         "    time.sleep(0.3); os.abort()\n"
         "time.sleep(0.3); os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    launch = LocalLaunch(python(code), 2, timeout_s=60)
+    launch = LocalLaunch(python(code), 2, timeout_s=60, log_dir=tmp_path)
     launch.start()
     deadline = time.monotonic() + 60
     while not all(gone_or_zombie(pid) for pid in launch.pids):  # both dead before the first poll

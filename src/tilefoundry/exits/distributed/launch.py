@@ -28,6 +28,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -166,6 +167,7 @@ class LocalLaunch:
         self.port: int | None = None
         self.note = ""
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="tilefoundry-workers-"))
+        self._owns_log_dir = log_dir is None  # removed after a good run, kept after a failure
         self.workers: list[Worker] = []
         self._popens: list[subprocess.Popen] = []
         self._restore_signals: Callable[[], None] = lambda: None
@@ -216,6 +218,8 @@ class LocalLaunch:
                 if failed:
                     raise self._failure(failed, codes)
                 if all(c == 0 for c in codes):
+                    if self._owns_log_dir:
+                        shutil.rmtree(self.log_dir, ignore_errors=True)
                     return
                 if time.monotonic() > deadline:
                     raise self._timeout([i for i, c in enumerate(codes) if c is None])
