@@ -69,19 +69,18 @@ def _work(args: argparse.Namespace) -> int:
         "timings": timings,
     }
     if config.process_id == 0:
-        flat = result.value if isinstance(result.value, tuple) else (result.value,)
-        for i, value in enumerate(_flat(flat)):
+        for i, value in enumerate(_flat(result.value)):
             np.save(workdir / f"out{i}.npy", value)
         (workdir / "module.mlir").write_text(result.module.text, encoding="utf-8")
     (workdir / f"process{config.process_id}.json").write_text(json.dumps(report))
     return 0
 
 
-def _flat(values) -> list[np.ndarray]:
-    out = []
-    for v in values:
-        out.extend(_flat(v) if isinstance(v, tuple) else [np.asarray(v)])
-    return out
+def _flat(value) -> list[np.ndarray]:
+    """The results in flat order (a tuple return nests)."""
+    if isinstance(value, tuple):
+        return [leaf for v in value for leaf in _flat(v)]
+    return [np.asarray(value)]
 
 
 if __name__ == "__main__":
