@@ -28,8 +28,8 @@ from exits.spmd import spmd_worker
 from tilefoundry.cli import main
 from tilefoundry.cli.run_processes import run_on_processes
 from tilefoundry.evaluator import evaluate
+from tilefoundry.evaluator.values import block_slices
 from tilefoundry.exits.spmd import lower_spmd
-from tilefoundry.exits.spmd.xla import _block as block_of
 
 needs_jax = pytest.mark.skipif(
     find_spec("jax") is None, reason="multi-process runs need jax[lib]"
@@ -65,11 +65,6 @@ def flat(value) -> list[np.ndarray]:
     return [a for v in value for a in flat(v)] if isinstance(value, tuple) else [value]
 
 
-def owned_partitions(process: int, processes: int, devices: int) -> range:
-    per = devices // processes
-    return range(process * per, (process + 1) * per)
-
-
 @needs_jax
 @pytest.mark.parametrize(("processes", "local"), SPLITS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
@@ -100,21 +95,14 @@ def test_the_program_runs_across_processes_like_on_one(case, processes, local, b
     # each process loaded only the blocks its own devices hold, and all blocks were loaded
     reports = [json.loads((tmp_path / f"process{p}.json").read_text()) for p in range(processes)]
     for p, report in enumerate(reports):
-        coords = {tuple(c) for shards in report["coords"] for c in shards}
-        partitions = owned_partitions(p, processes, devices)
-        assert len(coords) == local
+        owned = [  # DESIGN §4.13: process p runs the row-major partitions p*L .. (p+1)*L-1
+            tuple(int(c) for c in np.unravel_index(d, _mesh_shape(fn)))
+            for d in range(p * local, (p + 1) * local)
+        ]
+        assert {tuple(c) for shards in report["coords"] for c in shards} == set(owned)
         for param, index in report["loaded"]:
-            type_ = fn.params[param].type
-            shape = arrays[param].shape
-            held = set()
-            for d in partitions:
-                coord = np.unravel_index(d, _mesh_shape(fn))
-                held.add(
-                    tuple(
-                        (s.start or 0, s.stop or n)
-                        for s, n in zip(block_of(type_, shape, tuple(coord)), shape, strict=True)
-                    )
-                )
+            type_, shape = fn.params[param].type, arrays[param].shape
+            held = {_bounds(type_, shape, coord) for coord in owned}  # the oracle's blocks
             assert tuple(map(tuple, index)) in held, (p, param, index)
     for param, array in enumerate(arrays):
         loaded = {tuple(map(tuple, i)) for r in reports for q, i in r["loaded"] if q == param}
@@ -122,6 +110,16 @@ def test_the_program_runs_across_processes_like_on_one(case, processes, local, b
         for index in loaded:
             covered[tuple(slice(a, b) for a, b in index)] = True
         assert covered.all(), f"parameter {param} was not fully loaded"
+
+
+def _bounds(type_, shape, coord) -> tuple[tuple[int, int], ...]:
+    """(start, stop) per axis of the block the reference evaluator gives device `coord`."""
+    if not hasattr(type_.layout, "mesh"):
+        return tuple((0, n) for n in shape)
+    block = block_slices(type_, shape, coord, "test")
+    return tuple(
+        (s.start or 0, n if s.stop is None else s.stop) for s, n in zip(block, shape, strict=True)
+    )
 
 
 def _mesh_shape(fn) -> tuple[int, ...]:

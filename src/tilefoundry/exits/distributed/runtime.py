@@ -18,10 +18,9 @@ import numpy as np
 
 from tilefoundry.errors import EvalError, UnsupportedError
 from tilefoundry.exits.distributed.config import WHERE, ProcessConfig, config_from_environment
-from tilefoundry.exits.distributed.placement import check_capacity, device_grid
+from tilefoundry.exits.distributed.placement import check_capacity, device_grid, partition_spec
 from tilefoundry.exits.spmd.mesh import axis_names
 from tilefoundry.exits.spmd.module import SpmdModule, lower_spmd
-from tilefoundry.exits.spmd.xla import _partition_spec as partition_spec
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.types import TensorType, resolve_dim
 
