@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from exits.distributed import single_worker
-from exits.distributed.programs import CASES, SPLITS
+from exits.distributed.programs import CASES, RUNS
 from exits.spmd import spmd_worker
 from tilefoundry.cli import main
 from tilefoundry.cli.run_processes import run_on_processes
@@ -66,9 +66,9 @@ def flat(value) -> list[np.ndarray]:
 
 
 @needs_jax
-@pytest.mark.parametrize(("processes", "local"), SPLITS)
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_the_program_runs_across_processes_like_on_one(case, processes, local, baseline, tmp_path):
+@pytest.mark.parametrize(("case", "split"), RUNS, ids=[f"{c.name}-{p}x{n}" for c, (p, n) in RUNS])
+def test_the_program_runs_across_processes_like_on_one(case, split, baseline, tmp_path):
+    processes, local = split
     fn, arrays = case.function(), case.inputs()
     devices = processes * local
     args = argparse.Namespace(file=case.path, func=case.func, timeout=TIMEOUT_S)
