@@ -228,8 +228,9 @@ class LocalLaunch:
             self.stop()
 
     def stop(self) -> None:
-        """SIGTERM every worker's process group, SIGKILL what is left after `grace_s`, reap
-        all."""
+        """SIGTERM every live worker's process group, SIGKILL what is left after `grace_s`, reap
+        all. Only groups whose leader is not yet reaped are signalled: an unreaped leader (alive
+        or a zombie) keeps its id from being reused, so the signal cannot reach a stranger."""
         live = [p for p in self._popens if p.poll() is None]
         for popen in live:
             _signal_group(popen.pid, signal.SIGTERM)
@@ -237,8 +238,9 @@ class LocalLaunch:
         for popen in live:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(max(0.0, deadline - time.monotonic()))
-        for popen in self._popens:
-            _signal_group(popen.pid, signal.SIGKILL)  # stragglers and any children they left
+        for popen in live:
+            if popen.poll() is None:
+                _signal_group(popen.pid, signal.SIGKILL)
             popen.wait()
         _LIVE.discard(self)
         self._restore_signals()
