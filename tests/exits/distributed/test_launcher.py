@@ -131,8 +131,9 @@ def test_losing_the_port_race_relaunches_on_a_fresh_port(tmp_path):
 def test_jax_losing_the_coordinator_port_is_retried_on_another(tmp_path, monkeypatch):
     """Real jax: the busy port gets past the check (forced here), process 0 cannot bind it, the
     launcher recognises jax's failure and relaunches on a free port, where the run joins."""
-    with socket.socket(socket.AF_INET6) as busy:
-        busy.bind(("::", 0))
+    family, anywhere = (socket.AF_INET6, "::") if socket.has_ipv6 else (socket.AF_INET, "")
+    with socket.socket(family) as busy:  # where jax's coordinator binds: every interface
+        busy.bind((anywhere, 0))
         busy.listen()
         port = busy.getsockname()[1]
         checks = iter([True])  # the requested port "looks free" once; real probes after that
