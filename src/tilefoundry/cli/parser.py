@@ -116,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         "examples:\n  tilefoundry run examples/mlp.py\n"
         "  tilefoundry run examples/transformer_block.py --backend xla --seed 3\n"
         "  tilefoundry run examples/megatron_mlp.py --backend xla --devices 8\n"
+        "  tilefoundry run examples/megatron_mlp.py --backend xla --devices 8 --processes 2\n"
         "  tilefoundry run examples/mlp.py --inputs x.npy w1.npy b1.npy w2.npy b2.npy\n\n"
         "Inputs are drawn from the parameter types (seeded) unless --inputs gives .npy files.\n"
         "The reference backend runs the fused program and compares it with the unfused one;\n"
@@ -125,6 +126,19 @@ def build_parser() -> argparse.ArgumentParser:
     runner.add_argument("--backend", choices=("reference", "xla"), default="reference")
     runner.add_argument(
         "--devices", type=int, metavar="N", help="devices for a sharded program (its mesh size)"
+    )
+    runner.add_argument(
+        "--processes",
+        type=int,
+        metavar="P",
+        help="run the sharded program in P local processes (N/P devices each, jax.distributed)",
+    )
+    runner.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="with --processes: stop every worker and fail if the run takes longer (default 300)",
     )
     runner.add_argument("--seed", type=int, default=0, help="seed for inputs and DimVars")
     runner.add_argument("--inputs", nargs="+", metavar="NPY", help="one .npy file per parameter")

@@ -20,6 +20,7 @@ from tilefoundry.cli import Disagreement
 from tilefoundry.cli.commands import compile_fn, entry_of
 from tilefoundry.cli.console import progress, stdout_console
 from tilefoundry.cli.program import bind_dims, dim_vars, load_inputs, mesh_devices, random_inputs
+from tilefoundry.cli.run_processes import processes_for, run_on_processes
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.hir import Function
 
@@ -106,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     program, fn = entry_of(args)
     timings.append(("parse + typeinfer", time.perf_counter() - start))
     devices = _devices_for(fn, args.devices, args.backend)
+    processes = processes_for(args, fn, devices)
     rng = np.random.default_rng(args.seed)
     bound = bind_dims(fn, dict(args.dim), rng)
     arrays = load_inputs(fn, args.inputs) if args.inputs else random_inputs(fn, bound, rng)
@@ -124,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
                 _timed("reference (fused)", timings, lambda: evaluate(fused, *arrays))
             )
             fused_note = str(report).splitlines()[0]
+    elif processes:
+        results = run_on_processes(args, fn, arrays, devices, processes, bound, timings)
     else:
         from tilefoundry.exits.xla import run_xla
 
