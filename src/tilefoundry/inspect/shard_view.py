@@ -26,9 +26,11 @@ from tilefoundry.visitor_registry import surface_entry
 from tilefoundry.visitor_registry.reshard_plan import (
     AllGather,
     AllReduce,
+    ReduceScatter,
     Slice,
     Step,
     plan_reshard,
+    reshard_views,
 )
 
 
@@ -122,7 +124,8 @@ def short_type(type_: Any) -> str:
 
 def reshard_collectives(source: Any, target: Any) -> list[str]:
     """What a Reshard from `source` to `target` does on devices, one line per collective (empty:
-    nothing moves), e.g. `tp: all-reduce(sum), then slice (local)`.
+    nothing moves), e.g. `tp: all-reduce(sum)` or `tp: reduce-scatter(sum, dim 0)`; between
+    two meshes over one device set the axes are named on their common refinement.
 
     The words describe the steps of `plan_reshard`, the plan the SPMD exit emits, so what `show`
     and the report say a Reshard costs is what the compiled program does. A Reshard the exit
@@ -134,6 +137,7 @@ def reshard_collectives(source: Any, target: Any) -> list[str]:
         return []
     try:
         steps = plan_reshard(source, target, "reshard")
+        views = reshard_views(source, target, "reshard", "the SPMD exit")
     except UnsupportedError as err:
         return [f"not lowerable: {err.message}"]
     lines: list[tuple[tuple[int, ...], str]] = []
@@ -143,7 +147,7 @@ def reshard_collectives(source: Any, target: Any) -> list[str]:
                 _add_slice(lines, mesh_axes)
         else:
             lines.append(_collective(step))
-    names = axis_names(layouts[0])
+    names = views.mesh.names or tuple(f"a{i}" for i in range(views.mesh.rank))
     return [f"{','.join(names[m] for m in axes)}: {text}" for axes, text in lines]
 
 
@@ -153,6 +157,8 @@ def _collective(step: Step) -> tuple[tuple[int, ...], str]:
         return step.mesh_axes, f"all-reduce({step.reduction})"
     if isinstance(step, AllGather):
         return step.mesh_axes, f"all-gather(dim {step.axis})"
+    if isinstance(step, ReduceScatter):
+        return step.mesh_axes, f"reduce-scatter({step.reduction}, dim {step.axis})"
     return (step.mesh_axis,), f"all-to-all(dim {step.source} -> dim {step.dest})"
 
 

@@ -236,7 +236,9 @@ PROGRAMS = {
     "gather_2d": Program(
         gather_2d, exp_plain, 8, (("all_gather", "Reshard"), ("all_gather", "Reshard"))
     ),
-    "partial_to_split": Program(partial_to_split, matmul_plain, 8, (("all_reduce", "Reshard"),)),
+    "partial_to_split": Program(
+        partial_to_split, matmul_plain, 8, (("reduce_scatter", "Reshard"),)
+    ),
     "gather_two_axes": Program(gather_two_axes, exp_plain, 8, (("all_gather", "Reshard"),)),
     "broadcast_to_split": Program(broadcast_to_split, relu_plus_one_plain, 8, ()),
     "split_swap": Program(split_swap, exp_twice_plain, 8, (("all_to_all", "Reshard"),)),

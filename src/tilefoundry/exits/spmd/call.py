@@ -23,7 +23,7 @@ from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.lowering.builder import Lowering
 from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TupleType, Type
-from tilefoundry.ir.types.shard import ShardLayout
+from tilefoundry.ir.types.shard import Mesh, ShardLayout
 from tilefoundry.visitor_registry import STABLEHLO
 from tilefoundry.visitor_registry.block_plan import ArgView, BlockPlan, Engine, Kind
 
@@ -64,6 +64,7 @@ class SpmdCall:
         self.body, self.lw = body, body.lw
         self.where = type(op).__name__
         self.arg_types = tuple(_ir_types(v) for v in self.operands)
+        self.mesh = _call_mesh(self.operands, self.out_fields, body.mesh)
 
     # ---- the helpers an SPMD_LOWERING rule composes --------------------------------------
 
@@ -92,6 +93,18 @@ class SpmdCall:
     def value(self, x: Shard) -> Value:
         """`x`'s local array for the Value formulas of `lowering_values`."""
         return Value.of(self.lw, x.name, x.local)
+
+
+def _call_mesh(operands, out_fields, default: Mesh) -> Mesh:
+    """The mesh one call runs on: that of its sharded values (typeinfer keeps a call on one
+    mesh; a Reshard between two views plans on their refinement itself)."""
+    for leaf in leaves(operands):
+        if isinstance(leaf.type.layout, ShardLayout):
+            return leaf.type.layout.mesh
+    for field in out_fields:
+        if isinstance(getattr(field, "layout", None), ShardLayout):
+            return field.layout.mesh
+    return default
 
 
 def _ir_types(value: Operand) -> Type:
@@ -128,7 +141,7 @@ class _Blocks:
         self.call, self.where = call, call.where
         views = tuple(_view(v, call.lw) for v in call.operands)
         self.plan = BlockPlan(
-            call.op, call.arg_types, views, call.out_type, call.out_shapes, call.body.mesh, _ENGINE
+            call.op, call.arg_types, views, call.out_type, call.out_shapes, call.mesh, _ENGINE
         )
 
     def _cut_input(self, index: int, value: Operand) -> Operand:
@@ -137,7 +150,7 @@ class _Blocks:
         if cuts is None:
             return value
         blocks = {axis: block.mesh_axes for axis, block in cuts.items()}
-        return self.call.body.take_blocks(value, blocks, value.type)
+        return self.call.body.take_blocks(value, blocks, value.type, self.call.mesh)
 
     def run(self, complete: str | None, op: Op) -> Operand:
         call = self.call
@@ -165,7 +178,7 @@ class _Blocks:
             value = self._complete(value, list(settlement.reduce), complete)
         if not settlement.cuts:
             return value
-        return self.call.body.take_blocks(value, settlement.cuts, value.type)
+        return self.call.body.take_blocks(value, settlement.cuts, value.type, self.call.mesh)
 
     def _complete(self, value: Shard, mesh_axes: list[int], complete: str) -> Shard:
         """One all-reduce over every completed mesh axis (one combiner, so their order is moot)."""
@@ -174,7 +187,8 @@ class _Blocks:
                 f"{self.where}: completes with {complete!r}; the SPMD exit all-reduces with sum, "
                 "max or min (a mean is a sum its SPMD_LOWERING rule divides)"
             )
-        return self.call.body.all_reduce(value, mesh_axes, complete, value.type, self.where)
+        body = self.call.body
+        return body.all_reduce(value, mesh_axes, complete, value.type, self.where, self.call.mesh)
 
 
 def check_local(value: Shard, expected: tuple[int, ...], where: str) -> None:
