@@ -222,6 +222,72 @@ def topk_plain(x: Tensor[(16, 8), "f32"]):
     return values
 
 
+# ---- loops over stacked per-layer weights (issue 15 item 3) -----------------------------------
+# A layer's weight is read with `tf.gather(w, l, axis=0)`: the loop variable is a rank-0 i64
+# index (a subscript `w[l]` is refused: Slice takes static windows). The stacked weights are
+# replicated and each layer's slice is cut to the device's block by a Reshard (a local slice).
+
+LAYERS = 3
+REPLICATED_8x32 = ShardLayout(Layout((8, 32)), (B,), TP)
+REPLICATED_16x32 = ShardLayout(Layout((16, 32)), (B,), TP)
+
+
+@func
+def looped_megatron(
+    x: Tensor[(8, 32), "f32"],
+    w1: Tensor[(LAYERS, 32, 64), "f32"],
+    w2: Tensor[(LAYERS, 64, 32), "f32"],
+):
+    h = tf.reshard(x, layout=REPLICATED_8x32, storage="gmem")
+    for layer in range(LAYERS):
+        a = tf.reshard(tf.gather(w1, layer, axis=0), layout=(32, 64 @ TP.tp), storage="gmem")
+        b = tf.reshard(tf.gather(w2, layer, axis=0), layout=(64 @ TP.tp, 32), storage="gmem")
+        h = tf.reshard(tf.gelu(h @ (a * 0.2)) @ (b * 0.1), layout=REPLICATED_8x32, storage="gmem")
+    return h
+
+
+@func
+def looped_megatron_plain(
+    x: Tensor[(8, 32), "f32"],
+    w1: Tensor[(LAYERS, 32, 64), "f32"],
+    w2: Tensor[(LAYERS, 64, 32), "f32"],
+):
+    h = x
+    for layer in range(LAYERS):
+        a = tf.gather(w1, layer, axis=0)
+        b = tf.gather(w2, layer, axis=0)
+        h = tf.gelu(h @ (a * 0.2)) @ (b * 0.1)
+    return h
+
+
+@func
+def looped_sequence_parallel(
+    x: Tensor[(16 @ TP.tp, 32), "f32"],
+    w1: Tensor[(LAYERS, 32, 64), "f32"],
+    w2: Tensor[(LAYERS, 64, 32), "f32"],
+):
+    for layer in range(LAYERS):
+        full = tf.reshard(x, layout=REPLICATED_16x32, storage="gmem")
+        a = tf.reshard(tf.gather(w1, layer, axis=0), layout=(32, 64 @ TP.tp), storage="gmem")
+        b = tf.reshard(tf.gather(w2, layer, axis=0), layout=(64 @ TP.tp, 32), storage="gmem")
+        y = tf.gelu(full @ (a * 0.2)) @ (b * 0.1)
+        x = x + tf.reshard(y, layout=(16 @ TP.tp, 32), storage="gmem")
+    return x
+
+
+@func
+def looped_sequence_parallel_plain(
+    x: Tensor[(16, 32), "f32"],
+    w1: Tensor[(LAYERS, 32, 64), "f32"],
+    w2: Tensor[(LAYERS, 64, 32), "f32"],
+):
+    for layer in range(LAYERS):
+        a = tf.gather(w1, layer, axis=0)
+        b = tf.gather(w2, layer, axis=0)
+        x = x + tf.gelu(x @ (a * 0.2)) @ (b * 0.1)
+    return x
+
+
 PROGRAMS = {
     "dp_mlp": Program(dp_mlp, dp_mlp_plain, 8, ()),
     "megatron_mlp": Program(megatron_mlp, megatron_mlp_plain, 8, (("all_reduce", "Reshard"),)),
@@ -250,4 +316,13 @@ PROGRAMS = {
     ),
     "dp_mean_square": Program(dp_mean_square, mean_square_plain, 8, (("all_reduce", "Reduce"),)),
     "sharded_topk": Program(sharded_topk, topk_plain, 8, ()),
+    "looped_megatron": Program(
+        looped_megatron, looped_megatron_plain, 8, (("all_reduce", "Reshard"),) * LAYERS
+    ),
+    "looped_sequence_parallel": Program(
+        looped_sequence_parallel,
+        looped_sequence_parallel_plain,
+        8,
+        (("all_gather", "Reshard"), ("reduce_scatter", "Reshard")) * LAYERS,
+    ),
 }
