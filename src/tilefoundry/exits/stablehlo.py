@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tilefoundry.errors import UnsupportedError
-from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var
+from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, select_variant
 from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.ir.lowering.builder import Lowered, Lowering
@@ -173,7 +173,10 @@ class _FunctionEmitter:
                     stack.append((node, True))
                     stack.extend((i, False) for i in reversed(pending))
                     continue
-                self.values[node] = self.lower_loop(node)
+                try:
+                    self.values[node] = self.lower_loop(node)
+                except UnsupportedError as err:
+                    raise err.with_location(source_span(node)) from None
                 continue
             if not expanded:
                 stack.append((node, True))
@@ -181,7 +184,10 @@ class _FunctionEmitter:
                     (c, False) for c in reversed(all_operands(node)) if c not in self.values
                 )
                 continue
-            self.values[node] = self.lower_node(node)
+            try:
+                self.values[node] = self.lower_node(node)
+            except UnsupportedError as err:  # the innermost located node locates the refusal
+                raise err.with_location(source_span(node)) from None
         return self.values[root]
 
     def lower_node(self, node: Expr) -> Lowered:
@@ -349,10 +355,20 @@ def emit_stablehlo(
     portable: bool = False,
 ) -> str | bytes:
     """StableHLO text for a Function (as `@main`) or a Module (each function public under its own
-    name); `portable=True` returns the VHLO portable artifact at STABLEHLO_TARGET_VERSION."""
+    name); `portable=True` returns the VHLO portable artifact at STABLEHLO_TARGET_VERSION.
+
+    One emitter for both exits (DESIGN §3): a Function with sharded values is a program on a
+    mesh, and gets the SPMD module (`exits.spmd`: Shardy mesh, manual computation, explicit
+    collectives; a non-device mesh is refused there); an unsharded one the single-device module.
+    """
     emitter = _ModuleEmitter()
+    sharded = isinstance(obj, Function) and _on_a_mesh(obj, bindings)
     if isinstance(obj, Module):
         text = emitter.emit([(fn, fn.name) for fn in obj.functions], bindings, obj.name)
+    elif sharded:
+        from tilefoundry.exits.spmd import emit_spmd
+
+        text = emit_spmd(obj, bindings=bindings)
     elif isinstance(obj, Function):
         text = emitter.emit([(obj, "main")], bindings, _module_name(obj.name))
     else:
@@ -361,7 +377,15 @@ def emit_stablehlo(
         return text
     from tilefoundry.exits.jaxlib_tools import serialize_portable
 
-    return serialize_portable(text)
+    return serialize_portable(text, shardy=sharded)
+
+
+def _on_a_mesh(fn: Function, bindings: Mapping[Any, int] | None) -> bool:
+    from tilefoundry.exits.spmd import program_meshes
+
+    if fn.body is None:
+        fn = select_variant(fn, bindings=dict(bindings or {}))
+    return bool(program_meshes(fn))
 
 
 def _module_name(name: str) -> str:

@@ -63,7 +63,14 @@ from tilefoundry.visitor_registry import SHARDED_EVAL, SPMD_LOWERING
 from tilefoundry.visitor_registry.mesh_views import Refinement, refine
 from tilefoundry.visitor_registry.shard_reading import canonical_splits, pending_partials
 
-__all__ = ["SpmdModule", "collective_report", "emit_spmd", "format_collective_report", "lower_spmd"]
+__all__ = [
+    "SpmdModule",
+    "collective_report",
+    "emit_spmd",
+    "format_collective_report",
+    "lower_spmd",
+    "program_meshes",
+]
 
 
 @dataclass(frozen=True)
@@ -114,11 +121,11 @@ def _located(err: UnsupportedError, node: Expr) -> UnsupportedError:
     return err.with_location(source_span(node))
 
 
-def _find_views(fn: Function) -> Refinement:
-    """The program's device meshes, as views of one device set: their common refinement (the
-    one mesh itself when there is one), refused up front naming the meshes when there is none."""
+def program_meshes(fn: Function) -> list[Mesh]:
+    """Every mesh a value of `fn` is sharded over (its body, loop bodies, fusion regions and
+    inlined callees included), in first-seen order; empty for an unsharded program."""
     meshes: dict[Mesh, None] = {}
-    stack, seen = [fn.body, *fn.params], set()
+    stack, seen = [*fn.params, *([fn.body] if fn.body is not None else [])], set()
     while stack:
         node = stack.pop()
         if id(node) in seen:
@@ -133,7 +140,14 @@ def _find_views(fn: Function) -> Refinement:
         if isinstance(node, Call) and isinstance(node.target, Function) and node.target.body:
             stack.append(node.target.body)
         if isinstance(node, GridRegionExpr):
-            stack.extend((node.body, *node.yield_values, *node.carried_args))
+            stack.extend(node.carried_args)
+    return list(meshes)
+
+
+def _find_views(fn: Function) -> Refinement:
+    """The program's device meshes, as views of one device set: their common refinement (the
+    one mesh itself when there is one), refused up front naming the meshes when there is none."""
+    meshes = program_meshes(fn)
     if not meshes:
         raise UnsupportedError(
             f"SPMD exit: {fn.name} has no sharded values; emit it with the single-device "
@@ -141,7 +155,7 @@ def _find_views(fn: Function) -> Refinement:
         )
     for mesh in meshes:
         check_device_mesh(mesh, f"SPMD exit: {fn.name}")
-    return refine(list(meshes), f"SPMD exit: {fn.name}", EXIT)
+    return refine(meshes, f"SPMD exit: {fn.name}", EXIT)
 
 
 class _Emitter:
