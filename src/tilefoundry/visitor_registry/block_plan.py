@@ -128,8 +128,6 @@ class BlockPlan:
             return
         self.partials_of[index] = frozenset(pending_partials(arg.type))
         splits = canonical_splits(arg.type, self.where, self.engine.name)
-        if splits and self.relations is None:
-            self._refuse(f"argument {index} is Split and the op declares no access relation")
         for logical_axis, mesh_axes in splits.items():
             access = self._input_axes(index)[logical_axis]
             if not isinstance(access, Projection):

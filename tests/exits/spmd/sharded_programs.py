@@ -288,6 +288,38 @@ def looped_sequence_parallel_plain(
     return x
 
 
+# ---- two views of the same 8 devices: tp=8 and (x=2, y=4) (issue 15 item 6) -------------------
+# tp's device id is x * 4 + y, so a value moves between the views by the Reshard plan on their
+# common refinement (x=2, y=4). A Partial crosses no view (typeinfer completes it on its own
+# mesh first), so each view's reduce-scatter is its own and each move between views is an
+# all-to-all of the y digit.
+
+
+@func
+def two_views(
+    x: Tensor[(8, 16 @ TP.tp), "f32"],
+    w: Tensor[(16 @ TP.tp, 12), "f32"],
+    v: Tensor[(12 @ MESH.y, 4), "f32"],
+):
+    h = tf.reshard(x @ w, layout=(8 @ TP.tp, 12), storage="gmem")
+    g = tf.reshard(h, layout=(8 @ MESH.x, 12 @ MESH.y), storage="gmem")
+    q = tf.reshard(g @ v, layout=(8 @ MESH.x, 4 @ MESH.y), storage="gmem")
+    return tf.reshard(q, layout=(8 @ TP.tp, 4), storage="gmem")
+
+
+@func
+def two_matmuls_plain(
+    x: Tensor[(8, 16), "f32"], w: Tensor[(16, 12), "f32"], v: Tensor[(12, 4), "f32"]
+):
+    return (x @ w) @ v
+
+
+@func
+def views_round_trip(x: Tensor[(16 @ TP.tp, 8), "f32"]):
+    y = tf.reshard(tf.exp(x), layout=(16 @ MESH.x, 8 @ MESH.y), storage="gmem")
+    return tf.reshard(y * 2.0, layout=(16 @ TP.tp, 8), storage="gmem")
+
+
 PROGRAMS = {
     "dp_mlp": Program(dp_mlp, dp_mlp_plain, 8, ()),
     "megatron_mlp": Program(megatron_mlp, megatron_mlp_plain, 8, (("all_reduce", "Reshard"),)),
@@ -316,6 +348,15 @@ PROGRAMS = {
     ),
     "dp_mean_square": Program(dp_mean_square, mean_square_plain, 8, (("all_reduce", "Reduce"),)),
     "sharded_topk": Program(sharded_topk, topk_plain, 8, ()),
+    "two_views": Program(
+        two_views,
+        two_matmuls_plain,
+        8,
+        (("reduce_scatter", "Reshard"), ("all_to_all", "Reshard")) * 2,
+    ),
+    "views_round_trip": Program(
+        views_round_trip, exp_twice_plain, 8, (("all_to_all", "Reshard"),) * 2
+    ),
     "looped_megatron": Program(
         looped_megatron, looped_megatron_plain, 8, (("all_reduce", "Reshard"),) * LAYERS
     ),

@@ -216,3 +216,19 @@ def test_partial_to_split_is_one_reduce_scatter_in_the_module(golden):
     assert "replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>" in text
     assert re.search(r"-> tensor<4x3xf32>\n", text)  # (4, 12) local partial, 1/4 kept
     golden("spmd/partial_to_split.mlir", text)
+
+
+def test_two_views_of_the_devices_share_one_module_mesh():
+    """Issue 15 item 6: the 1-D view tp=8 and the 2x4 view (x, y) of the same devices are one
+    module mesh, their common refinement (x=2, y=4); a tp split is the (x, y) split, and a
+    move between the views is a collective on device-id digits (the 8-device run of
+    `two_views` and `views_round_trip` checks the numbers against the simulation)."""
+    text = emit_spmd(PROGRAMS["two_views"].sharded)
+    parse_and_verify(text)
+    assert 'sdy.mesh @mesh = <["x"=2, "y"=4]>' in text
+    assert text.count("sdy.mesh") == 1
+    assert 'tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"x", "y"}]>}' in text
+    assert 'manual_axes={"x", "y"}' in text
+    # tp=8 groups all devices; the y digit groups rows of the 2x4 view.
+    assert "replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>" in text
+    assert "replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>" in text

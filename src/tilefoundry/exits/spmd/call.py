@@ -24,8 +24,9 @@ from tilefoundry.ir.lowering.builder import Lowering
 from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TupleType, Type
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
-from tilefoundry.visitor_registry import STABLEHLO
+from tilefoundry.visitor_registry import ACCESS_RELATION, STABLEHLO
 from tilefoundry.visitor_registry.block_plan import ArgView, BlockPlan, Engine, Kind
+from tilefoundry.visitor_registry.shard_reading import canonical_splits
 
 Operand = Shard | tuple["Operand", ...]
 
@@ -140,6 +141,13 @@ class _Blocks:
     def __init__(self, call: SpmdCall):
         self.call, self.where = call, call.where
         views = tuple(_view(v, call.lw) for v in call.operands)
+        split = any(canonical_splits(v.type, self.where, EXIT) for v in leaves(call.operands))
+        if split and not ACCESS_RELATION.has(type(call.op)):
+            raise UnsupportedError(
+                f"{self.where}: an operand is Split and the op declares no access relation, so "
+                f"{EXIT} cannot tell which block each device computes; the op needs an "
+                "SPMD_LOWERING rule, or insert reshard(x, Broadcast)"
+            )
         self.plan = BlockPlan(
             call.op, call.arg_types, views, call.out_type, call.out_shapes, call.mesh, _ENGINE
         )
