@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any
 
-from tilefoundry.errors import UnsupportedError
+from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.inspect.printer import op_mnemonic
 from tilefoundry.ir.core import Call, Constant, Expr, Var, binding_name, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
-from tilefoundry.ir.hir.walk import block_operands
+from tilefoundry.ir.hir.walk import block_operands, iter_nodes
 from tilefoundry.ir.types import TensorType, format_dim, is_static
 from tilefoundry.ir.types.shard import Broadcast, Partial, ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten
@@ -218,14 +218,62 @@ def block_values(fn: Function) -> Iterator[Expr]:
             yield node
 
 
+Emitted = dict[int, tuple[tuple[int, str], ...]]
+"""id(IR call) -> (emission order, words) of each collective the SPMD exit emits for it."""
+
+
+def emitted_collectives(fn: Function) -> Emitted:
+    """id(IR call) -> the collectives the SPMD exit emits for that call, in words (e.g.
+    `tp: all-reduce(sum)` for a sum over a split axis: the complete effect), read off the
+    exit's own record of what it wrote; empty when the exit does not lower `fn` (no device
+    mesh, DimVar shapes, or a refusal, which `emit` reports)."""
+    from tilefoundry.exits.spmd import lower_spmd, program_meshes
+
+    try:
+        if not program_meshes(fn):
+            return {}
+        module = lower_spmd(fn)
+    except VerifyError:
+        return {}
+    found: dict[int, list[tuple[int, str]]] = {}
+    for order, (record, origin) in enumerate(zip(module.collectives, module.origins, strict=True)):
+        words = record.kind.replace("_", "-")
+        if record.reduction is not None:
+            words += f"({record.reduction})"
+        if record.trips > 1:
+            words += f" x{record.trips} (once per loop iteration)"
+        found.setdefault(id(origin), []).append((order, f"{record.mesh_axes}: {words}"))
+    return {key: tuple(words) for key, words in found.items()}
+
+
+def _inner_calls(expr: Expr) -> list[Expr]:
+    """`expr` and the calls it holds: a fusion region's members, a loop's body."""
+    if isinstance(expr, Call) and isinstance(expr.target, FusionRegion):
+        return [expr, *expr.target.body]
+    if isinstance(expr, GridRegionExpr):
+        return list(iter_nodes(expr))
+    return [expr]
+
+
+def call_collectives(expr: Expr, emitted: Emitted) -> tuple[str, ...]:
+    """What one top-level value costs on devices: a Reshard's plan (`reshard_collectives`,
+    slices included), else what the exit emits for it or inside it (a complete-effect
+    reduction's all-reduce, a loop body's collectives), in emission order."""
+    if isinstance(expr, Call) and is_reshard(expr.target):
+        return tuple(reshard_collectives(expr.args[0].type, expr.type))
+    inside = {id(inner) for inner in _inner_calls(expr)}
+    return tuple(words for _, words in sorted(p for key in inside for p in emitted.get(key, ())))
+
+
 def value_rows(fn: Function) -> list[ValueRow]:
     rows = []
+    emitted = emitted_collectives(fn)
     for expr in block_values(fn):
         type_ = expr.type
         sharded = isinstance(type_, TensorType) and isinstance(type_.layout, ShardLayout)
-        collectives: list[str] = []
-        if isinstance(expr, Call) and is_reshard(expr.target):
-            collectives = reshard_collectives(expr.args[0].type, type_)
+        collectives: tuple[str, ...] = ()
+        if not isinstance(expr, Var):
+            collectives = call_collectives(expr, emitted)
         op = "param" if isinstance(expr, Var) else operation_name(expr)
         rows.append(
             ValueRow(

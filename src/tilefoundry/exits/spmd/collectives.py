@@ -63,6 +63,10 @@ class DeviceBody:
     def __init__(self, lw: Lowering, mesh: Mesh):
         self.lw, self.mesh = lw, mesh
         self.records: list[Collective] = []
+        # The IR call each record was emitted for (set by the emitter before it lowers a call),
+        # so readers (`show`, the report) attribute what the exit emits to the op that asked.
+        self.origins: list[object] = []
+        self.current: object = None
         self._coords: dict[tuple[Mesh, int], str] = {}
         self._pid: str | None = None
         self._channel = [0]
@@ -73,7 +77,7 @@ class DeviceBody:
         own Lowering and device coordinates (a region captures no outer SSA value), the same
         channel numbering and collective record."""
         inner = DeviceBody(lw, self.mesh)
-        inner.records, inner._channel = self.records, self._channel
+        inner.records, inner.origins, inner._channel = self.records, self.origins, self._channel
         inner.trips = self.trips * trips
         return inner
 
@@ -158,6 +162,7 @@ class DeviceBody:
         self.records.append(
             Collective(kind, label, reduction, nbytes(operand), source, nbytes(result), self.trips)
         )
+        self.origins.append(self.current)
 
     def _combiner_region(self, dtype, reduction: str) -> tuple[str, str]:
         """(`({ ^bb0 ... })` region text, scalar type) combining two elements by `reduction`."""

@@ -84,6 +84,8 @@ class SpmdModule:
     result_types: tuple[TensorType, ...]
     collectives: tuple[Collective, ...]
     views: Refinement
+    origins: tuple[Expr, ...] = ()
+    """The IR call each collective was emitted for (parallel to `collectives`)."""
 
 
 def _fields(type_: Type) -> list[TensorType]:
@@ -187,6 +189,7 @@ class _Emitter:
                 stack.extend((c, False) for c in reversed(all_operands(node)) if c not in values)
                 continue
             try:
+                self.body.current = node
                 values[node] = self.lower_node(node, values)
             except UnsupportedError as err:
                 raise _located(err, node) from None
@@ -406,6 +409,7 @@ def lower_spmd(fn: Function, *, bindings: Mapping[Any, int] | None = None) -> Sp
         tuple(result_types),
         tuple(body.records),
         views,
+        tuple(body.origins),
     )
 
 
