@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any
 
-from tilefoundry.errors import UnsupportedError
+from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.exits.spmd.call import Operand, SpmdCall, check_local, leaves
 from tilefoundry.exits.spmd.collectives import Collective, DeviceBody, Shard
 from tilefoundry.exits.spmd.mesh import (
@@ -117,12 +117,6 @@ def _width(exprs, values) -> int:
     return sum(len(leaves(values[e])) for e in exprs)
 
 
-def _located(err: UnsupportedError, node: Expr) -> UnsupportedError:
-    """`err` with the source location of `node` when it has none of its own (the innermost
-    node that has one locates a refusal)."""
-    return err.with_location(source_span(node))
-
-
 def program_meshes(fn: Function) -> list[Mesh]:
     """Every mesh a value of `fn` is sharded over (its body, loop bodies, fusion regions and
     inlined callees included), in first-seen order; empty for an unsharded program."""
@@ -181,8 +175,8 @@ class _Emitter:
                     continue
                 try:
                     values[node] = self.lower_loop(node, values)
-                except UnsupportedError as err:
-                    raise _located(err, node) from None
+                except VerifyError as err:
+                    raise err.with_location(source_span(node)) from None
                 continue
             if not expanded:
                 stack.append((node, True))
@@ -191,8 +185,8 @@ class _Emitter:
             try:
                 self.body.current = node
                 values[node] = self.lower_node(node, values)
-            except UnsupportedError as err:
-                raise _located(err, node) from None
+            except VerifyError as err:  # every refusal names the line of the op it refuses
+                raise err.with_location(source_span(node)) from None
         return values[root]
 
     def lower_loop(self, loop: GridRegionExpr, values: dict[Expr, Operand]) -> Operand:
@@ -202,11 +196,8 @@ class _Emitter:
         body values are lowered before it; outer values the body reads are threaded through as
         unchanged carries (the regions capture nothing, device coordinates included)."""
         lw = self.lw
-        try:
-            for node in loop_invariants(loop, values, self.reads_memo):
-                self.lower(node, values)
-        except UnsupportedError as err:
-            raise _located(err, loop) from None
+        for node in loop_invariants(loop, values, self.reads_memo):
+            self.lower(node, values)
         captures = sorted(loop_captures(loop, values), key=lambda c: _names(values[c]))
         start, stop, step = loop_bounds(loop, lw.bindings)
         index = TensorType((), i64)
