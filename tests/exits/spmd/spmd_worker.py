@@ -17,11 +17,11 @@ def start() -> None:
 
 def run_program(name: str, arrays: tuple, devices: int, compiled: bool = False):
     """`compiled` runs the program after the pass pipeline (fusion regions and all)."""
-    from exits.spmd.sharded_programs import PROGRAMS
+    from exits.spmd.sharded_programs import PROGRAMS, STACKED
     from tilefoundry.exits.xla import run_xla
     from tilefoundry.passes import compile as compile_pipeline
 
-    fn = PROGRAMS[name].sharded
+    fn = {**PROGRAMS, **STACKED}[name].sharded
     if compiled:
         fn = compile_pipeline(fn)[0]
     return run_xla(fn, *arrays, devices=devices)
