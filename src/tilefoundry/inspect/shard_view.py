@@ -15,14 +15,16 @@ from typing import Any
 
 from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.inspect.printer import op_mnemonic
-from tilefoundry.ir.core import Call, Constant, Expr, Var, binding_name, source_span
+from tilefoundry.ir.core import Call, Constant, Expr, Op, Var, binding_name, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
+from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.hir.walk import block_operands, iter_nodes
-from tilefoundry.ir.types import TensorType, format_dim, is_static
+from tilefoundry.ir.types import TensorType, TupleType, format_dim, is_static
 from tilefoundry.ir.types.shard import Broadcast, Partial, ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten
 from tilefoundry.passes.graph import post_order
 from tilefoundry.visitor_registry import surface_entry
+from tilefoundry.visitor_registry.block_plan import ArgView, BlockPlan, Engine, Kind
 from tilefoundry.visitor_registry.reshard_plan import (
     AllGather,
     AllReduce,
@@ -234,7 +236,7 @@ def emitted_collectives(fn: Function) -> Emitted:
             return {}
         module = lower_spmd(fn)
     except VerifyError:
-        return {}
+        return _completions_from_types(fn)
     found: dict[int, list[tuple[int, str]]] = {}
     for order, (record, origin) in enumerate(zip(module.collectives, module.origins, strict=True)):
         words = record.kind.replace("_", "-")
@@ -244,6 +246,57 @@ def emitted_collectives(fn: Function) -> Emitted:
             words += f" x{record.trips} (once per loop iteration)"
         found.setdefault(id(origin), []).append((order, f"{record.mesh_axes}: {words}"))
     return {key: tuple(words) for key, words in found.items()}
+
+
+def _completions_from_types(fn: Function) -> Emitted:
+    """Where the exit cannot lower `fn` (DimVar shapes without bindings, say), the calls whose
+    block plan completes a reduction (DESIGN §4.12: a reduced Split under a replicated result
+    all-reduces), read from the types alone; the combiner is the op's rule's choice, so it is
+    not named."""
+    found: dict[int, tuple[tuple[int, str], ...]] = {}
+    if fn.body is None:
+        return found
+    for order, node in enumerate(iter_nodes(fn.body)):
+        if not (isinstance(node, Call) and isinstance(node.target, Op)) or is_reshard(node.target):
+            continue
+        args = tuple(a.type for a in node.args)
+        if not any(isinstance(getattr(t, "layout", None), ShardLayout) for t in args):
+            continue
+        try:
+            views = tuple(
+                ArgView(Kind.SHARDED, t, tuple(t.shape))
+                if isinstance(getattr(t, "layout", None), ShardLayout)
+                else ArgView(Kind.GLOBAL)
+                for t in args
+            )
+            fields = node.type.fields if isinstance(node.type, TupleType) else (node.type,)
+            mesh = next(t.layout.mesh for t in args if isinstance(t.layout, ShardLayout))
+            plan = BlockPlan(
+                node.target,
+                args,
+                views,
+                node.type,
+                [tuple(f.shape) for f in fields],
+                mesh,
+                _TYPE_READER,
+            )
+            axes = plan.completed_axes()
+        except (VerifyError, TypeError, AttributeError):
+            continue
+        if axes:
+            names = axis_names(next(t.layout for t in args if isinstance(t.layout, ShardLayout)))
+            label = ",".join(names[m] for m in axes)
+            found[id(node)] = ((order, f"{label}: all-reduce (completes the reduction)"),)
+    return found
+
+
+_TYPE_READER = Engine(
+    name="the inspector",
+    rule="SPMD_LOWERING",
+    article="an",
+    combiners=("sum", "max", "min"),
+    label=mesh_axis_label,
+)
 
 
 def _inner_calls(expr: Expr) -> list[Expr]:

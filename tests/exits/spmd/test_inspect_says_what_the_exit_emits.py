@@ -8,10 +8,20 @@ import re
 
 import pytest
 
-from exits.spmd.sharded_programs import PROGRAMS
+from exits.spmd.sharded_programs import PROGRAMS, TP
+from tilefoundry import DimVar, Tensor, func
+from tilefoundry.dsl import tf
 from tilefoundry.exits.spmd import collective_report
 from tilefoundry.inspect.report import build_graph
 from tilefoundry.inspect.shard_view import value_rows
+
+ROWS = DimVar("ROWS", 1, 1024)
+
+
+@func
+def symbolic_split_sum(x: Tensor[(ROWS, 32 @ TP.tp), "f32"]):  # noqa: F821
+    return tf.reduce(x, axes=(1,), keepdim=False, kind="sum")
+
 
 KIND = re.compile(r": (all-reduce|reduce-scatter|all-gather|all-to-all)")
 
@@ -39,6 +49,13 @@ def test_a_sum_over_a_split_axis_lists_its_all_reduce():
     rows = {row.name: row for row in value_rows(PROGRAMS["split_reductions"].sharded)}
     assert rows["total"].collectives == ("y: all-reduce(sum)",)
     assert rows["peak"].collectives == ("y: all-reduce(max)",)
+
+
+def test_without_static_shapes_the_complete_effect_is_read_from_the_types():
+    """The exit needs concrete shapes (emit takes --dim); `show` of a DimVar program still
+    lists the all-reduce a reduction over a split axis implies (DESIGN §4.12)."""
+    rows = [r for r in value_rows(symbolic_split_sum) if r.op == "reduce"]
+    assert [r.collectives for r in rows] == [("tp: all-reduce (completes the reduction)",)]
 
 
 def test_partial_to_split_is_described_as_the_reduce_scatter_it_is():
