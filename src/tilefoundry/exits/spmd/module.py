@@ -157,9 +157,9 @@ def _find_views(fn: Function) -> Refinement:
 class _Emitter:
     """Lowers one function body (and everything inlined into it) onto one device body."""
 
-    def __init__(self, body: DeviceBody, memo: dict[Expr, frozenset[Var]] | None = None):
+    def __init__(self, body: DeviceBody):
         self.body, self.lw = body, body.lw
-        self.reads_memo = memo if memo is not None else {}
+        self.reads_memo: dict[Expr, frozenset[Var]] = {}
 
     def lower(self, root: Expr, values: dict[Expr, Operand]) -> Operand:
         stack: list[tuple[Expr, bool]] = [(root, False)]
