@@ -36,6 +36,20 @@ def run_error(name: str, arrays: tuple, devices: int) -> str:
     return "no error"
 
 
+def compiled_collectives(name: str) -> list[str]:
+    """The collective instructions XLA's CPU compiler leaves in the executable of a program's
+    module (so a test can tell that XLA runs what the exit wrote, not a decomposition)."""
+    import re
+
+    from exits.spmd.sharded_programs import PROGRAMS
+    from tilefoundry.exits.spmd import emit_spmd
+    from tilefoundry.exits.spmd.xla import _compile
+
+    executable, _ = _compile(emit_spmd(PROGRAMS[name].sharded), PROGRAMS[name].devices)
+    text = "\n".join(m.to_string() for m in executable.hlo_modules())
+    return re.findall(r" (all-reduce|reduce-scatter|all-gather|all-to-all)(?:-start)?\(", text)
+
+
 def device_count() -> int:
     import jax
 
