@@ -3,11 +3,15 @@ SPMD lowering emits vs what JAX's automatic partitioner emits given the same inp
 shardings.
 
 Our side is `tilefoundry.exits.spmd.collective_report`: the collectives the SPMD exit writes into
-the module (it partitions manually, so XLA adds none), each with its operand bytes per device.
+the module (it partitions manually, so XLA adds none), each with its operand and result bytes
+per device.
 The JAX side jits the same program written in jax.numpy with NamedSharding in/out shardings and
 counts all-reduce / all-gather / all-to-all / collective-permute / reduce-scatter instructions in
-the compiled HLO, with their operand bytes (the HLO is per device, so these are bytes per
-device). Both run in one subprocess with `XLA_FLAGS=--xla_force_host_platform_device_count=8`
+the compiled HLO, with their operand and result bytes (the HLO is per device, so these are bytes
+per device). A Partial -> Split is one reduce-scatter on our side: each device puts in the whole
+partial and gets back its 1/8 block, where an all-reduce (+ slice) gives every device the whole
+reduced value (the sequence-parallel row: 1,024 vs 8,192 bytes back per device). Both run in
+one subprocess with `XLA_FLAGS=--xla_force_host_platform_device_count=8`
 (this process keeps its one device), which first checks that three results agree: our module
 run on the 8 devices (`run_xla(fn, *arrays, devices=8)`), JAX's, and our reference evaluator's
 simulation of the mesh. No timing: the figures are exact.
@@ -85,6 +89,19 @@ EXAMPLES = (
         lambda xp, x, w: x @ w,
     ),
     ShardedExample(
+        "sequence_parallel_mlp",
+        "def entry(x: Tensor[(32 @ TP.tp, 64), 'f32'], w1: Tensor[(64, 256 @ TP.tp), 'f32'],\n"
+        "          w2: Tensor[(256 @ TP.tp, 64), 'f32']):\n"
+        "    full = tf.reshard(x, layout=TP_REPLICATED_32x64, storage='gmem')\n"
+        "    partial = tf.silu(full @ w1) @ w2\n"
+        "    return tf.reshard(partial, layout=(32 @ TP.tp, 64), storage='gmem')\n",
+        ((32, 64), (64, 256), (256, 64)),
+        "tp",
+        (("tp", None), (None, "tp"), ("tp", None)),
+        ("tp", None),
+        lambda xp, x, w1, w2: _silu(xp, x @ w1) @ w2,
+    ),
+    ShardedExample(
         "tensor_parallel_mlp",
         "def entry(x: Tensor[(32, 128), 'f32'], w1: Tensor[(128, 512 @ TP.tp), 'f32'],\n"
         "          w2: Tensor[(512 @ TP.tp, 128), 'f32']):\n"
@@ -153,17 +170,27 @@ def shape_bytes(shape: str) -> int:
 
 
 def hlo_collectives(hlo_text: str) -> list[dict[str, Any]]:
-    """Every collective instruction of a compiled (per-device) HLO module, with operand bytes.
+    """Every collective instruction of a compiled (per-device) HLO module, with operand bytes
+    (`bytes`: what each device puts in) and result bytes (`out_bytes`: what it gets back).
     Compiled HLO names its operands without their shapes, so every instruction's result shape is
-    recorded first; an async pair counts once, at its `-start`."""
+    recorded first; an async pair counts once, at its `-start` (whose result tuple ends with the
+    collective's result)."""
     instructions = HLO_INSTRUCTION.findall(hlo_text)
     shapes = {name: shape for name, shape, _, _ in instructions}
     found = []
-    for _, _, opcode, operands in instructions:
+    for _, shape, opcode, operands in instructions:
         kind = opcode.removesuffix("-start")
         if kind in COLLECTIVES:
             names = re.findall(r"%([\w.-]+)", operands)
-            found.append({"kind": kind, "bytes": sum(shape_bytes(shapes[n]) for n in names)})
+            arrays = HLO_ARRAY.findall(shape)
+            result = shape_bytes("{}[{}]".format(*arrays[-1])) if opcode != kind else None
+            found.append(
+                {
+                    "kind": kind,
+                    "bytes": sum(shape_bytes(shapes[n]) for n in names),
+                    "out_bytes": result if result is not None else shape_bytes(shape),
+                }
+            )
     return found
 
 
@@ -176,6 +203,7 @@ def parse_example(example: ShardedExample) -> Any:
         "TP": tp,
         "M2": m2,
         "TP_REPLICATED_32x128": ShardLayout(Layout((32, 128)), (B,), tp),
+        "TP_REPLICATED_32x64": ShardLayout(Layout((32, 64)), (B,), tp),
         "M2_REPLICATED_64x128": ShardLayout(Layout((64, 128)), (B, B), m2),
     }
     source = (
@@ -191,7 +219,12 @@ def ours(fn: Any, example: ShardedExample) -> tuple[list[dict[str, Any]], Any]:
     from tilefoundry.exits.xla import run_xla
 
     collectives = [
-        {"kind": e.kind.replace("_", "-"), "axes": e.mesh_axes, "bytes": e.bytes_per_device}
+        {
+            "kind": e.kind.replace("_", "-"),
+            "axes": e.mesh_axes,
+            "bytes": e.bytes_per_device,
+            "out_bytes": e.result_bytes_per_device,
+        }
         for e in collective_report(fn)
         for _ in range(e.count)
     ]
@@ -241,6 +274,8 @@ def device_side(examples: tuple[ShardedExample, ...], out_file: Path) -> None:
                 "jax": jax_collectives,
                 "ours_bytes_per_device": sum(c["bytes"] for c in our_collectives),
                 "jax_bytes_per_device": sum(c["bytes"] for c in jax_collectives),
+                "ours_out_bytes_per_device": sum(c["out_bytes"] for c in our_collectives),
+                "jax_out_bytes_per_device": sum(c["out_bytes"] for c in jax_collectives),
                 "max_relative_error": errors,
             }
         )
@@ -262,7 +297,8 @@ def summarise(collectives: list[dict[str, Any]]) -> str:
     if not collectives:
         return "none"
     return ", ".join(
-        f"{c['kind']}{'[' + c['axes'] + ']' if 'axes' in c else ''} {c['bytes']} B"
+        f"{c['kind']}{'[' + c['axes'] + ']' if 'axes' in c else ''} "
+        f"{c['bytes']} -> {c['out_bytes']} B"
         for c in collectives
     )
 
@@ -277,20 +313,34 @@ def main() -> None:
         return
     rows = run_device_side(args.quick)
     table = markdown_table(
-        ["program", "mesh", "ours (collective_report)", "ours B/dev", "JAX", "JAX B/dev"],
+        [
+            "program",
+            "mesh",
+            "ours (collective_report)",
+            "ours B/dev in",
+            "ours B/dev out",
+            "JAX",
+            "JAX B/dev in",
+            "JAX B/dev out",
+        ],
         [
             [
                 r["program"],
                 r["mesh"],
                 summarise(r["ours"]),
                 r["ours_bytes_per_device"],
+                r["ours_out_bytes_per_device"],
                 summarise(r["jax"]),
                 r["jax_bytes_per_device"],
+                r["jax_out_bytes_per_device"],
             ]
             for r in rows
         ],
     )
-    print("\ncollectives and operand bytes per device, same in/out shardings, 8 CPU devices")
+    print(
+        "\ncollectives with operand -> result bytes per device (what each device puts in and "
+        "gets back), same in/out shardings, 8 CPU devices"
+    )
     print(table)
     path = write_results(args.out, "communication", {"rows": rows, "table": table})
     print(f"wrote {path}")

@@ -123,6 +123,21 @@ def _sharding(out: TextIO) -> None:
         out.write(f"refused at compile time (relu of a pending partial sum):\n  {err.message}\n")
 
 
+def _collectives_in_words(fn) -> str:
+    """What the SPMD exit emits for `fn`, from its own record (no jax needed to emit)."""
+    from tilefoundry.exits.spmd import collective_report
+
+    entries = collective_report(fn)
+    if not entries:
+        return "no collectives"
+    return ", ".join(
+        f"{e.count} {e.kind} over {e.mesh_axes}"
+        + (f" ({e.reduction})" if e.reduction else "")
+        + f" of {e.bytes_per_device} B in, {e.result_bytes_per_device} B out per device"
+        for e in entries
+    )
+
+
 def _megatron_reference(out: TextIO):
     _section(out, f"Megatron MLP on {DEMO_DEVICES} simulated devices (examples/megatron_mlp.py)")
     mlp = _load("megatron_mlp", "megatron_mlp")
@@ -132,7 +147,8 @@ def _megatron_reference(out: TextIO):
     h = x @ w1
     gelu = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h**3)))
     out.write(
-        "column-parallel w1, row-parallel w2, one Reshard (all-reduce over tp); "
+        "column-parallel w1, row-parallel w2; the SPMD exit emits "
+        f"{_collectives_in_words(mlp)}; "
         f"vs plain numpy: max |diff| = {_max_diff(sharded, gelu @ w2):.3g}\n"
     )
     return mlp, arrays, sharded

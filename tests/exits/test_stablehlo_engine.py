@@ -118,10 +118,18 @@ def test_constants_and_dim_var_bindings():
     [
         # DESIGN §6: physical layouts not expressible as logical order are refused at this exit
         (make_tensor_type((2, 4), f32, layout=Layout((2, 4), (1, 2))), "physical layout"),
-        # sharded values belong to the SPMD exit
+        # sharded values go to the SPMD exit (one emitter), which maps only device meshes; a
+        # cta grid is one device's (DESIGN §4.13) and emits its unsharded meaning instead
+        (
+            make_shard_tensor_type(
+                (8,), f32, mesh=make_mesh((2,), ("x",), topology="warp"), attrs=(Split(0),)
+            ),
+            "runs on the warp topology",
+        ),
+        # an op that declares no access relation has no per-device block reading
         (
             make_shard_tensor_type((8,), f32, mesh=make_mesh((2,), ("x",)), attrs=(Split(0),)),
-            "sharded",
+            "declares no access relation",
         ),
     ],
 )

@@ -453,17 +453,14 @@ _MESH = make_mesh((2,), ("x",))
 _SHARDED = make_shard_tensor_type((8,), f32, mesh=_MESH, attrs=(Split(0),))
 
 
-@pytest.mark.parametrize(
-    "fn",
-    [
-        function_of({"x": _SHARDED}, lambda x: call(Local(), x)),
-        function_of({"x": _SHARDED}, lambda x: call(Reshard(), x)),
-    ],
-    ids=["local", "reshard"],
-)
-def test_sharded_ops_fail_closed_at_the_single_device_exit(fn):
-    with pytest.raises(UnsupportedError, match="shard"):
-        emit_stablehlo(fn)
+def test_sharded_programs_go_to_the_spmd_exit():
+    """DESIGN §3: one emitter; a program on a device mesh gets the SPMD module, where a Local
+    result (no global value) is refused and a Reshard is its plan's collectives (none here)."""
+    local = function_of({"x": _SHARDED}, lambda x: call(Local(), x))
+    with pytest.raises(UnsupportedError, match=r"per-device \(Local\) value"):
+        emit_stablehlo(local)
+    text = emit_stablehlo(function_of({"x": _SHARDED}, lambda x: call(Reshard(), x)))
+    assert "sdy.manual_computation" in text and "all_" not in text
 
 
 def test_rules_refuse_sharding_even_when_asked_directly():

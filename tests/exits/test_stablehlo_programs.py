@@ -114,9 +114,23 @@ def test_a_module_emits_every_function_public():
 
 
 @pytest.mark.parametrize("name", SHARDED)
-def test_sharded_programs_fail_closed(name):
-    with pytest.raises(UnsupportedError, match="shard"):
-        emit_stablehlo(getattr(programs, name))
+def test_sharded_programs_get_the_spmd_module(name):
+    """DESIGN §3: one emitter; a program on a mesh gets exactly what the SPMD exit gives it, its
+    module or its refusal (a Partial parameter has no global value to pass)."""
+    from tilefoundry.exits.jaxlib_tools import parse_and_verify
+    from tilefoundry.exits.spmd import emit_spmd
+
+    fn = getattr(programs, name)
+    try:
+        expected = emit_spmd(fn)
+    except UnsupportedError as err:
+        with pytest.raises(UnsupportedError) as caught:
+            emit_stablehlo(fn)
+        assert caught.value.message == err.message
+        return
+    text = emit_stablehlo(fn)
+    assert text == expected and "sdy.manual_computation" in text
+    parse_and_verify(text)
 
 
 @pytest.mark.parametrize("name", GOLDEN)

@@ -13,6 +13,7 @@ from tilefoundry.visitor_registry.reshard_plan import (
     AllGather,
     AllReduce,
     AllToAll,
+    ReduceScatter,
     Slice,
     plan_reshard,
 )
@@ -32,11 +33,45 @@ def test_partial_to_broadcast_is_one_all_reduce():
     assert reshard_collectives(src, dst) == ["tp: all-reduce(sum)"]
 
 
-def test_partial_to_split_is_an_all_reduce_then_a_local_slice():
-    """What the exit emits (no reduce-scatter), so that is what the inspector says."""
+def test_partial_to_split_is_one_reduce_scatter():
+    """Issue 15 item 4: Partial(sum) -> Split is ONE reduce_scatter (each device receives 1/N
+    of what an all-reduce gives it); the inspector says what the exit emits."""
     src, dst = sh((8, 16), P("sum")), sh((8, 16), S(1))
-    assert plan_reshard(src, dst, "t") == [AllReduce((0,), "sum"), Slice(((1, (0,)),))]
-    assert reshard_collectives(src, dst) == ["tp: all-reduce(sum), then slice (local)"]
+    assert plan_reshard(src, dst, "t") == [ReduceScatter(1, (0,), "sum")]
+    assert reshard_collectives(src, dst) == ["tp: reduce-scatter(sum, dim 1)"]
+
+
+def test_without_reduce_scatter_the_fallback_is_all_reduce_then_slice():
+    """The plan of a backend without reduce_scatter (none of ours today)."""
+    src, dst = sh((8, 16), P("sum")), sh((8, 16), S(1))
+    plan = plan_reshard(src, dst, "t", reduce_scatter=False)
+    assert plan == [AllReduce((0,), "sum"), Slice(((1, (0,)),))]
+
+
+def test_a_reduce_scatter_over_two_axes_and_one_over_part_of_a_cut():
+    """Blocks are numbered mixed-radix over the cut's mesh axes, outermost first: a scatter
+    over a prefix of them, then a local slice over the rest, keeps that numbering."""
+    src = sh((8, 16), P("sum"), P("sum"), mesh=XY)
+    both = sh((8, 16), S(0), S(0), mesh=XY)
+    assert plan_reshard(src, both, "t") == [ReduceScatter(0, (0, 1), "sum")]
+    assert reshard_collectives(src, both) == ["x,y: reduce-scatter(sum, dim 0)"]
+    partial_x = sh((8, 16), P("max"), B, mesh=XY)
+    split_xy = sh((8, 16), S(0), S(0), mesh=XY)
+    assert plan_reshard(partial_x, split_xy, "t") == [
+        ReduceScatter(0, (0,), "max"),
+        Slice(((0, (1,)),)),
+    ]
+
+
+def test_mixed_reductions_keep_their_order_and_do_not_scatter():
+    """sum over x then max over y is not max over y then sum over x: with two reductions
+    pending, the all-reduces stay first, in mesh-axis order, and the cut is a local slice."""
+    src, dst = sh((8, 16), P("sum"), P("max"), mesh=XY), sh((8, 16), S(0), B, mesh=XY)
+    assert plan_reshard(src, dst, "t") == [
+        AllReduce((0,), "sum"),
+        AllReduce((1,), "max"),
+        Slice(((0, (0,)),)),
+    ]
 
 
 def test_split_to_broadcast_is_one_all_gather():
@@ -70,9 +105,15 @@ def test_two_different_reductions_are_not_merged():
 
 
 def test_two_axes_with_one_reduction_merge_into_one_all_reduce():
+    src, dst = sh((8, 16), P("sum"), P("sum"), mesh=XY), sh((8, 16), B, B, mesh=XY)
+    assert plan_reshard(src, dst, "t") == [AllReduce((0, 1), "sum")]
+    assert reshard_collectives(src, dst) == ["x,y: all-reduce(sum)"]
+
+
+def test_a_partial_kept_whole_is_all_reduced_and_the_other_scattered():
     src, dst = sh((8, 16), P("sum"), P("sum"), mesh=XY), sh((8, 16), B, S(0), mesh=XY)
-    assert plan_reshard(src, dst, "t") == [AllReduce((0, 1), "sum"), Slice(((0, (1,)),))]
-    assert reshard_collectives(src, dst) == ["x,y: all-reduce(sum)", "y: slice (local)"]
+    assert plan_reshard(src, dst, "t") == [AllReduce((0,), "sum"), ReduceScatter(0, (1,), "sum")]
+    assert reshard_collectives(src, dst) == ["x: all-reduce(sum)", "y: reduce-scatter(sum, dim 0)"]
 
 
 def test_a_kept_partial_and_a_kept_outer_split_move_nothing():
@@ -84,9 +125,24 @@ def test_a_kept_partial_and_a_kept_outer_split_move_nothing():
     assert plan_reshard(both, inner_gathered, "t") == [AllGather(0, (1,))]
 
 
-def test_moving_between_meshes_fails_closed():
-    with pytest.raises(UnsupportedError, match="between meshes"):
-        plan_reshard(sh((8, 16), S(0)), sh((8, 16), S(0), B, mesh=XY), "t")
+def test_moving_between_views_of_one_device_set_is_planned_on_their_refinement():
+    """Issue 15 item 6: the 1-D view tp=8 and the 2x4 view (x, y) of the same 8 devices refine
+    to (x=2, y=4); tp covers both, so Split(tp) -> Split(x) on the same axis gathers y."""
+    TP8 = make_mesh((8,), ("tp",))
+    src = sh((16, 8), S(0), mesh=TP8)
+    assert plan_reshard(src, sh((16, 8), S(0), B, mesh=XY), "t") == [AllGather(0, (1,))]
+    assert reshard_collectives(src, sh((16, 8), S(0), B, mesh=XY)) == ["y: all-gather(dim 0)"]
+    assert plan_reshard(src, sh((16, 8), S(0), S(1), mesh=XY), "t") == [
+        AllToAll(source=0, dest=1, mesh_axis=1)
+    ]
+
+
+def test_meshes_without_a_common_refinement_are_refused_naming_both():
+    a, b = make_mesh((2, 3), ("p", "q")), make_mesh((3, 2), ("r", "s"))
+    with pytest.raises(UnsupportedError, match=r"meshes .*p.*q.* and .*r.*s.* common refinement"):
+        plan_reshard(sh((12, 6), S(0), B, mesh=a), sh((12, 6), S(0), B, mesh=b), "t")
+    with pytest.raises(UnsupportedError, match="not views of one device set"):
+        plan_reshard(sh((16, 8), S(0)), sh((16, 8), S(0), B, mesh=XY), "t")
 
 
 def test_an_inner_factor_split_fails_closed_in_the_engines_words():

@@ -46,6 +46,7 @@ from tilefoundry.ir.types import TupleType, Type
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
 from tilefoundry.visitor_registry import EVAL, SHARDED_EVAL
 from tilefoundry.visitor_registry.block_plan import ArgView, Block, BlockPlan, Engine, Kind
+from tilefoundry.visitor_registry.mesh_views import refine
 from tilefoundry.visitor_registry.shard_reading import AxisSplit, axis_splits
 
 
@@ -99,14 +100,20 @@ class ShardedCall:
         self.per_device = any(is_per_device(leaf) for leaf in _leaves(self.args))
 
     def _common_mesh(self) -> Mesh:
-        meshes = [v.mesh for v in _leaves(self.args) if isinstance(v, MeshValue)]
-        meshes += [f.layout.mesh for f in self.out_fields if isinstance(f.layout, ShardLayout)]
-        if any(m != meshes[0] for m in meshes[1:]):
-            raise UnsupportedError(
-                f"{self.where}: its values live on different meshes; the reference evaluator "
-                "runs one call on one mesh (reshard onto a common mesh first)"
-            )
-        return meshes[0]
+        held = [v.mesh for v in _leaves(self.args) if isinstance(v, MeshValue)]
+        made = [f.layout.mesh for f in self.out_fields if isinstance(f.layout, ShardLayout)]
+        meshes = held + made
+        if all(m == meshes[0] for m in meshes[1:]):
+            return meshes[0]
+        # A move between two views of one device set (a Reshard: arguments on one mesh, results
+        # on another) is its rule's business: it redistributes through the global value.
+        if SHARDED_EVAL.has(type(self.op)) and len(set(held)) == 1 and len(set(made)) == 1:
+            refine([held[0], made[0]], self.where, EVALUATOR)  # refuses naming both meshes
+            return made[0]
+        raise UnsupportedError(
+            f"{self.where}: its values live on different meshes; the reference evaluator "
+            "runs one call on one mesh (reshard onto a common mesh first)"
+        )
 
     # -- the helpers a SHARDED_EVAL rule composes ------------------------------------------
 

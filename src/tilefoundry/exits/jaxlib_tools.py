@@ -60,12 +60,28 @@ def toolchain_versions() -> tuple[str, str]:
     return stablehlo.get_current_version(), stablehlo.get_minimum_version()
 
 
-def serialize_portable(text: str) -> bytes:
+def serialize_portable(text: str, *, shardy: bool = False) -> bytes:
     """The VHLO portable artifact at the pinned target version. Converting to that version first
-    through the pass pipeline turns "uses a feature newer than the target" into a diagnostic."""
+    through the pass pipeline turns "uses a feature newer than the target" into a diagnostic.
+
+    `shardy=True` is an SPMD module: its StableHLO is versioned the same way and its Shardy ops
+    and attributes (`sdy.mesh`, `sdy.manual_computation`, `sdy.sharding`, which VHLO has no
+    form for) travel beside it in their own dialect, as `jax.export` serialises sharded
+    programs (jaxlib's `allow_other_dialects`)."""
     from tilefoundry.exits.stablehlo import STABLEHLO_TARGET_VERSION
 
     ir, passmanager, *_, stablehlo = _import_mlir()
+    if shardy:
+        with make_context(), ir.Location.unknown():
+            try:
+                module = ir.Module.parse(text)
+                return stablehlo.serialize_portable_artifact(
+                    module, STABLEHLO_TARGET_VERSION, allow_other_dialects=True
+                )
+            except (ir.MLIRError, ValueError) as err:
+                raise _rejected(
+                    f"cannot express the module at {STABLEHLO_TARGET_VERSION}", err, text
+                ) from None
     stablehlo.register_stablehlo_passes()
     with make_context(), ir.Location.unknown():
         try:

@@ -17,11 +17,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from tilefoundry.errors import UnsupportedError
-from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var
+from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, select_variant
 from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.ir.lowering.builder import Lowered, Lowering
-from tilefoundry.ir.lowering.mlir_text import check_logical_layout, dense_literal, flat_types
+from tilefoundry.ir.lowering.mlir_text import (
+    check_logical_layout,
+    dense_literal,
+    flat_types,
+    mesh_is_on_one_device,
+)
 from tilefoundry.ir.types import TensorType, TupleType, Type, i64, resolve_dim
 from tilefoundry.visitor_registry import STABLEHLO
 
@@ -64,6 +69,94 @@ def _reads(expr: Expr, memo: dict[Expr, frozenset[Var]]) -> frozenset[Var]:
     return memo[expr]
 
 
+def loop_invariants(
+    loop: GridRegionExpr, done: Mapping[Expr, Any], memo: dict[Expr, frozenset[Var]]
+) -> list[Expr]:
+    """Body values of `loop` that read none of its variables and are not lowered yet (`done`),
+    producers first: lowered before the loop, they run once, not once per iteration."""
+    local = {loop.induction_var, *loop.carried_args}
+    stack, seen = [loop.body, *loop.yield_values], set()
+    order: list[Expr] = []
+    while stack:
+        node = stack.pop()
+        if node in seen or node in done:
+            continue
+        seen.add(node)
+        if isinstance(node, Var) or _reads(node, memo) & local:
+            if not isinstance(node, Var | GridRegionExpr):
+                stack.extend(all_operands(node))
+            continue
+        order.append(node)
+    return order
+
+
+def loop_captures(loop: GridRegionExpr, done: Mapping[Expr, Any]) -> list[Expr]:
+    """Outer values (already lowered: in `done`) that the loop body reads; the while threads
+    them through as unchanged carries, so its regions capture nothing."""
+    local = {loop.induction_var, *loop.carried_args}
+    found: dict[Expr, None] = {}
+    stack, seen = [loop.body, *loop.yield_values], set()
+    while stack:
+        node = stack.pop()
+        if node in seen or node in local:
+            continue
+        seen.add(node)
+        if node in done:
+            found[node] = None
+            continue
+        if isinstance(node, GridRegionExpr):
+            stack.extend(node.init_args)
+            stack.extend(v for v in (node.body, *node.yield_values))
+            continue
+        stack.extend(all_operands(node))
+    return list(found)
+
+
+def loop_bounds(loop: GridRegionExpr, bindings: Mapping[Any, int] | None) -> tuple[int, int, int]:
+    """(start, stop, step) of `loop` as ints (DimVars resolved through `bindings`)."""
+    start, stop, step = (
+        int(resolve_dim(d, bindings or {})) for d in (loop.start, loop.extent, loop.step)
+    )
+    return start, stop, step
+
+
+def while_condition(lw: Lowering, induction: str, stop: int) -> list[str]:
+    """The lines of a while's condition region: the induction (an i64 scalar) is below `stop`."""
+    index_type = lw.type(TensorType((), i64))
+    cond = lw.child(4)
+    bound = cond.constant(stop, i64)
+    pred = cond.op(
+        f"stablehlo.compare LT, {induction}, {bound}, SIGNED : "
+        f"({index_type}, {index_type}) -> tensor<i1>"
+    )
+    cond.line(f'"stablehlo.return"({pred}) : (tensor<i1>) -> ()')
+    return cond.lines
+
+
+def while_text(
+    lw: Lowering,
+    init_names: list[str],
+    types: list[str],
+    block_args: list[str],
+    cond_lines: list[str],
+    body_lines: list[str],
+) -> Lowered:
+    """`stablehlo.while` over (induction, carries...) with the two regions' lines
+    (`while_condition`, and a body ending in its `stablehlo.return`)."""
+    signature = ", ".join(f"{a}: {t}" for a, t in zip(block_args, types, strict=True))
+    all_types = ", ".join(types)
+    return lw.op(
+        f'"stablehlo.while"({", ".join(init_names)}) ({{\n'
+        + f"{' ' * (lw.indent + 2)}^bb0({signature}):\n"
+        + "\n".join(cond_lines)
+        + f"\n{' ' * lw.indent}}}, {{\n"
+        + f"{' ' * (lw.indent + 2)}^bb0({signature}):\n"
+        + "\n".join(body_lines)
+        + f"\n{' ' * lw.indent}}}) : ({all_types}) -> ({all_types})",
+        len(types),
+    )
+
+
 class _FunctionEmitter:
     """Lowers one Function body; callees are queued on the module emitter."""
 
@@ -85,7 +178,10 @@ class _FunctionEmitter:
                     stack.append((node, True))
                     stack.extend((i, False) for i in reversed(pending))
                     continue
-                self.values[node] = self.lower_loop(node)
+                try:
+                    self.values[node] = self.lower_loop(node)
+                except UnsupportedError as err:
+                    raise err.with_location(source_span(node)) from None
                 continue
             if not expanded:
                 stack.append((node, True))
@@ -93,7 +189,10 @@ class _FunctionEmitter:
                     (c, False) for c in reversed(all_operands(node)) if c not in self.values
                 )
                 continue
-            self.values[node] = self.lower_node(node)
+            try:
+                self.values[node] = self.lower_node(node)
+            except UnsupportedError as err:  # the innermost located node locates the refusal
+                raise err.with_location(source_span(node)) from None
         return self.values[root]
 
     def lower_node(self, node: Expr) -> Lowered:
@@ -153,31 +252,22 @@ class _FunctionEmitter:
         """`stablehlo.while` over (induction, carries..., captures...): every outer value the body
         reads is threaded through as an unchanged carry, so the regions capture nothing."""
         lw = self.lw
-        local = {loop.induction_var, *loop.carried_args}
-        for value in (loop.body, *loop.yield_values):
-            self._hoist_invariants(value, local)
-        captures = self._captures(loop, local)
-        bounds = [
-            int(resolve_dim(d, lw.bindings or {})) for d in (loop.start, loop.extent, loop.step)
-        ]
+        for node in loop_invariants(loop, self.values, self.reads_memo):
+            self.lower(node)
+        captures = sorted(
+            ((c, self.values[c]) for c in loop_captures(loop, self.values)),
+            key=lambda item: _flatten(item[1]),
+        )
+        start, stop, step_size = loop_bounds(loop, lw.bindings)
         index_type = lw.type(TensorType((), i64))
-        start = lw.constant(bounds[0], i64)
+        first = lw.constant(start, i64)
         carries = [self.values[i] for i in loop.init_args]
-        init_names = [start, *(n for c in carries for n in _flatten(c)), *(n for _, n in captures)]
+        init_names = [first, *(n for c in carries for n in _flatten(c)), *(n for _, n in captures)]
         types = [index_type]
         types += [t for phi in loop.carried_args for t in flat_types(phi.type, lw.bindings)]
         types += [t for c, _ in captures for t in flat_types(c.type, lw.bindings)]
         block_args = [lw.fresh() for _ in types]
-        signature = ", ".join(f"{a}: {t}" for a, t in zip(block_args, types, strict=True))
-        all_types = ", ".join(types)
-
-        cond = lw.child(4)
-        stop = cond.constant(bounds[1], i64)
-        pred = cond.op(
-            f"stablehlo.compare LT, {block_args[0]}, {stop}, SIGNED : "
-            f"({index_type}, {index_type}) -> tensor<i1>"
-        )
-        cond.line(f'"stablehlo.return"({pred}) : (tensor<i1>) -> ()')
+        cond_lines = while_condition(lw, block_args[0], stop)
 
         body_lw = lw.child(4)
         inner = _FunctionEmitter(self.module, body_lw)
@@ -193,64 +283,18 @@ class _FunctionEmitter:
             names = names[width:]
         inner.lower(loop.body)
         yields = [n for y in loop.yield_values for n in _flatten(inner.lower(y))]
-        step = body_lw.constant(bounds[2], i64)
+        step = body_lw.constant(step_size, i64)
         following = body_lw.op(f"stablehlo.add {block_args[0]}, {step} : {index_type}")
         returned = [following, *yields, *(block_args[len(block_args) - len(captures) :])]
-        body_lw.line(f'"stablehlo.return"({", ".join(returned)}) : ({all_types}) -> ()')
+        body_lw.line(f'"stablehlo.return"({", ".join(returned)}) : ({", ".join(types)}) -> ()')
 
-        results = lw.op(
-            f'"stablehlo.while"({", ".join(init_names)}) ({{\n'
-            + f"{' ' * (lw.indent + 2)}^bb0({signature}):\n"
-            + "\n".join(cond.lines)
-            + f"\n{' ' * lw.indent}}}, {{\n"
-            + f"{' ' * (lw.indent + 2)}^bb0({signature}):\n"
-            + "\n".join(body_lw.lines)
-            + f"\n{' ' * lw.indent}}}) : ({all_types}) -> ({all_types})",
-            len(types),
-        )
-        results = _flatten(results)
+        results = _flatten(while_text(lw, init_names, types, block_args, cond_lines, body_lw.lines))
         carried = results[1 : len(results) - len(captures)]
         if not loop.carried_args:
             return ()
         if len(loop.carried_args) == 1:
             return _regroup(carried, loop.carried_args[0].type)
         return _regroup(carried, TupleType(tuple(p.type for p in loop.carried_args)))
-
-    def _hoist_invariants(self, root: Expr, local: set[Var]) -> None:
-        """Lower, before the loop, every body value that reads none of the loop's variables."""
-        stack, seen = [root], set()
-        order: list[Expr] = []
-        while stack:
-            node = stack.pop()
-            if node in seen or node in self.values:
-                continue
-            seen.add(node)
-            if isinstance(node, Var) or _reads(node, self.reads_memo) & local:
-                if not isinstance(node, Var | GridRegionExpr):
-                    stack.extend(all_operands(node))
-                continue
-            order.append(node)
-        for node in order:
-            self.lower(node)
-
-    def _captures(self, loop: GridRegionExpr, local: set[Var]) -> list[tuple[Expr, Lowered]]:
-        """Outer values (already lowered) that the loop body reads."""
-        found: dict[Expr, Lowered] = {}
-        stack, seen = [loop.body, *loop.yield_values], set()
-        while stack:
-            node = stack.pop()
-            if node in seen or node in local:
-                continue
-            seen.add(node)
-            if node in self.values:
-                found[node] = self.values[node]
-                continue
-            if isinstance(node, GridRegionExpr):
-                stack.extend(node.init_args)
-                stack.extend(v for v in (node.body, *node.yield_values))
-                continue
-            stack.extend(all_operands(node))
-        return sorted(found.items(), key=lambda item: _flatten(item[1]))
 
 
 class _ModuleEmitter:
@@ -316,10 +360,21 @@ def emit_stablehlo(
     portable: bool = False,
 ) -> str | bytes:
     """StableHLO text for a Function (as `@main`) or a Module (each function public under its own
-    name); `portable=True` returns the VHLO portable artifact at STABLEHLO_TARGET_VERSION."""
+    name); `portable=True` returns the VHLO portable artifact at STABLEHLO_TARGET_VERSION.
+
+    One emitter for both exits (DESIGN §3): a Function with sharded values is a program on a
+    device mesh, and gets the SPMD module (`exits.spmd`: Shardy mesh, manual computation, explicit
+    collectives; a warp/thread mesh is refused there); an unsharded one, or one whose meshes are
+    all cta grids of one device (`mesh_is_on_one_device`), the single-device module.
+    """
     emitter = _ModuleEmitter()
+    sharded = isinstance(obj, Function) and _on_a_mesh(obj, bindings)
     if isinstance(obj, Module):
         text = emitter.emit([(fn, fn.name) for fn in obj.functions], bindings, obj.name)
+    elif sharded:
+        from tilefoundry.exits.spmd import emit_spmd
+
+        text = emit_spmd(obj, bindings=bindings)
     elif isinstance(obj, Function):
         text = emitter.emit([(obj, "main")], bindings, _module_name(obj.name))
     else:
@@ -328,7 +383,16 @@ def emit_stablehlo(
         return text
     from tilefoundry.exits.jaxlib_tools import serialize_portable
 
-    return serialize_portable(text)
+    return serialize_portable(text, shardy=sharded)
+
+
+def _on_a_mesh(fn: Function, bindings: Mapping[Any, int] | None) -> bool:
+    from tilefoundry.exits.spmd import program_meshes
+
+    if fn.body is None:
+        fn = select_variant(fn, bindings=dict(bindings or {}))
+    # a cta mesh is the CTAs of one device: its program's meaning is the single-device module
+    return any(not mesh_is_on_one_device(mesh) for mesh in program_meshes(fn))
 
 
 def _module_name(name: str) -> str:

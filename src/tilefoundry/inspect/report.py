@@ -14,10 +14,12 @@ from typing import Any
 
 from tilefoundry.inspect.report_layout import STEM, Box, enclosing, layered_layout, node_width
 from tilefoundry.inspect.shard_view import (
+    Emitted,
     axis_states,
+    call_collectives,
+    emitted_collectives,
     is_reshard,
     operation_name,
-    reshard_collectives,
     shape_text,
     short_type,
     value_rows,
@@ -69,9 +71,10 @@ def compact_layout(type_: Any) -> str:
 
 
 class _GraphBuilder:
-    def __init__(self) -> None:
+    def __init__(self, emitted: Emitted | None = None) -> None:
         self.graph = Graph()
         self.ids: dict[int, int] = {}
+        self.emitted = emitted or {}
 
     def add(self, expr: Expr, node: GraphNode) -> int:
         self.graph.nodes.append(node)
@@ -95,7 +98,7 @@ class _GraphBuilder:
         kind = "loop" if name == "loop" else "op"
         if isinstance(call, Call) and is_reshard(call.target):
             kind = "reshard"
-            collectives = tuple(reshard_collectives(call.args[0].type, call.type))
+        collectives = call_collectives(call, self.emitted)
         title = binding or name
         subtitle = name if binding else (f"line {span.line}" if span is not None else "")
         index = self.add(call, GraphNode(kind, title, subtitle, region, collectives))
@@ -132,7 +135,7 @@ class _GraphBuilder:
 
 
 def build_graph(fn: Function) -> Graph:
-    return _GraphBuilder().function(fn)
+    return _GraphBuilder(emitted_collectives(fn)).function(fn)
 
 
 CSS = """

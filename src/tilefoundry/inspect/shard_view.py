@@ -13,22 +13,26 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any
 
-from tilefoundry.errors import UnsupportedError
+from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.inspect.printer import op_mnemonic
-from tilefoundry.ir.core import Call, Constant, Expr, Var, binding_name, source_span
+from tilefoundry.ir.core import Call, Constant, Expr, Op, Var, binding_name, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
-from tilefoundry.ir.hir.walk import block_operands
-from tilefoundry.ir.types import TensorType, format_dim, is_static
+from tilefoundry.ir.hir.op_support import mesh_axis_label
+from tilefoundry.ir.hir.walk import block_operands, iter_nodes
+from tilefoundry.ir.types import TensorType, TupleType, format_dim, is_static
 from tilefoundry.ir.types.shard import Broadcast, Partial, ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten
 from tilefoundry.passes.graph import post_order
 from tilefoundry.visitor_registry import surface_entry
+from tilefoundry.visitor_registry.block_plan import ArgView, BlockPlan, Engine, Kind
 from tilefoundry.visitor_registry.reshard_plan import (
     AllGather,
     AllReduce,
+    ReduceScatter,
     Slice,
     Step,
     plan_reshard,
+    reshard_views,
 )
 
 
@@ -122,7 +126,8 @@ def short_type(type_: Any) -> str:
 
 def reshard_collectives(source: Any, target: Any) -> list[str]:
     """What a Reshard from `source` to `target` does on devices, one line per collective (empty:
-    nothing moves), e.g. `tp: all-reduce(sum), then slice (local)`.
+    nothing moves), e.g. `tp: all-reduce(sum)` or `tp: reduce-scatter(sum, dim 0)`; between
+    two meshes over one device set the axes are named on their common refinement.
 
     The words describe the steps of `plan_reshard`, the plan the SPMD exit emits, so what `show`
     and the report say a Reshard costs is what the compiled program does. A Reshard the exit
@@ -134,6 +139,7 @@ def reshard_collectives(source: Any, target: Any) -> list[str]:
         return []
     try:
         steps = plan_reshard(source, target, "reshard")
+        views = reshard_views(source, target, "reshard", "the SPMD exit")
     except UnsupportedError as err:
         return [f"not lowerable: {err.message}"]
     lines: list[tuple[tuple[int, ...], str]] = []
@@ -143,7 +149,7 @@ def reshard_collectives(source: Any, target: Any) -> list[str]:
                 _add_slice(lines, mesh_axes)
         else:
             lines.append(_collective(step))
-    names = axis_names(layouts[0])
+    names = views.mesh.names or tuple(f"a{i}" for i in range(views.mesh.rank))
     return [f"{','.join(names[m] for m in axes)}: {text}" for axes, text in lines]
 
 
@@ -153,6 +159,8 @@ def _collective(step: Step) -> tuple[tuple[int, ...], str]:
         return step.mesh_axes, f"all-reduce({step.reduction})"
     if isinstance(step, AllGather):
         return step.mesh_axes, f"all-gather(dim {step.axis})"
+    if isinstance(step, ReduceScatter):
+        return step.mesh_axes, f"reduce-scatter({step.reduction}, dim {step.axis})"
     return (step.mesh_axis,), f"all-to-all(dim {step.source} -> dim {step.dest})"
 
 
@@ -212,14 +220,113 @@ def block_values(fn: Function) -> Iterator[Expr]:
             yield node
 
 
+Emitted = dict[int, tuple[tuple[int, str], ...]]
+"""id(IR call) -> (emission order, words) of each collective the SPMD exit emits for it."""
+
+
+def emitted_collectives(fn: Function) -> Emitted:
+    """id(IR call) -> the collectives the SPMD exit emits for that call, in words (e.g.
+    `tp: all-reduce(sum)` for a sum over a split axis: the complete effect), read off the
+    exit's own record of what it wrote; empty when the exit does not lower `fn` (no device
+    mesh, DimVar shapes, or a refusal, which `emit` reports)."""
+    from tilefoundry.exits.spmd import lower_spmd, program_meshes
+
+    try:
+        if not program_meshes(fn):
+            return {}
+        module = lower_spmd(fn)
+    except VerifyError:
+        return _completions_from_types(fn)
+    found: dict[int, list[tuple[int, str]]] = {}
+    for order, (record, origin) in enumerate(zip(module.collectives, module.origins, strict=True)):
+        words = record.kind.replace("_", "-")
+        if record.reduction is not None:
+            words += f"({record.reduction})"
+        if record.trips > 1:
+            words += f" x{record.trips} (once per loop iteration)"
+        found.setdefault(id(origin), []).append((order, f"{record.mesh_axes}: {words}"))
+    return {key: tuple(words) for key, words in found.items()}
+
+
+def _completions_from_types(fn: Function) -> Emitted:
+    """Where the exit cannot lower `fn` (DimVar shapes without bindings, say), the calls whose
+    block plan completes a reduction (DESIGN §4.12: a reduced Split under a replicated result
+    all-reduces), read from the types alone; the combiner is the op's rule's choice, so it is
+    not named."""
+    found: dict[int, tuple[tuple[int, str], ...]] = {}
+    if fn.body is None:
+        return found
+    for order, node in enumerate(iter_nodes(fn.body)):
+        if not (isinstance(node, Call) and isinstance(node.target, Op)) or is_reshard(node.target):
+            continue
+        args = tuple(a.type for a in node.args)
+        if not any(isinstance(getattr(t, "layout", None), ShardLayout) for t in args):
+            continue
+        try:
+            views = tuple(
+                ArgView(Kind.SHARDED, t, tuple(t.shape))
+                if isinstance(getattr(t, "layout", None), ShardLayout)
+                else ArgView(Kind.GLOBAL)
+                for t in args
+            )
+            fields = node.type.fields if isinstance(node.type, TupleType) else (node.type,)
+            mesh = next(t.layout.mesh for t in args if isinstance(t.layout, ShardLayout))
+            plan = BlockPlan(
+                node.target,
+                args,
+                views,
+                node.type,
+                [tuple(f.shape) for f in fields],
+                mesh,
+                _TYPE_READER,
+            )
+            axes = plan.completed_axes()
+        except (VerifyError, TypeError, AttributeError):
+            continue
+        if axes:
+            names = axis_names(next(t.layout for t in args if isinstance(t.layout, ShardLayout)))
+            label = ",".join(names[m] for m in axes)
+            found[id(node)] = ((order, f"{label}: all-reduce (completes the reduction)"),)
+    return found
+
+
+_TYPE_READER = Engine(
+    name="the inspector",
+    rule="SPMD_LOWERING",
+    article="an",
+    combiners=("sum", "max", "min"),
+    label=mesh_axis_label,
+)
+
+
+def _inner_calls(expr: Expr) -> list[Expr]:
+    """`expr` and the calls it holds: a fusion region's members, a loop's body."""
+    if isinstance(expr, Call) and isinstance(expr.target, FusionRegion):
+        return [expr, *expr.target.body]
+    if isinstance(expr, GridRegionExpr):
+        return list(iter_nodes(expr))
+    return [expr]
+
+
+def call_collectives(expr: Expr, emitted: Emitted) -> tuple[str, ...]:
+    """What one top-level value costs on devices: a Reshard's plan (`reshard_collectives`,
+    slices included), else what the exit emits for it or inside it (a complete-effect
+    reduction's all-reduce, a loop body's collectives), in emission order."""
+    if isinstance(expr, Call) and is_reshard(expr.target):
+        return tuple(reshard_collectives(expr.args[0].type, expr.type))
+    inside = {id(inner) for inner in _inner_calls(expr)}
+    return tuple(words for _, words in sorted(p for key in inside for p in emitted.get(key, ())))
+
+
 def value_rows(fn: Function) -> list[ValueRow]:
     rows = []
+    emitted = emitted_collectives(fn)
     for expr in block_values(fn):
         type_ = expr.type
         sharded = isinstance(type_, TensorType) and isinstance(type_.layout, ShardLayout)
-        collectives: list[str] = []
-        if isinstance(expr, Call) and is_reshard(expr.target):
-            collectives = reshard_collectives(expr.args[0].type, type_)
+        collectives: tuple[str, ...] = ()
+        if not isinstance(expr, Var):
+            collectives = call_collectives(expr, emitted)
         op = "param" if isinstance(expr, Var) else operation_name(expr)
         rows.append(
             ValueRow(

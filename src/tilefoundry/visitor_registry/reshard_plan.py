@@ -11,8 +11,13 @@ done with the least data movement we know, in three phases:
    innermost new Split of logical axis b is one all-to-all; otherwise the Splits of an axis
    beyond what it shares with its target (a common outermost prefix keeps its blocks) are
    gathered by one all-gather over those mesh axes;
-3. each axis still missing target Splits is cut to the device's block by a local slice
-   (Broadcast -> Split moves no data).
+3. each axis still missing target Splits is cut to the device's block: where the new Split's
+   mesh axes carry a pending reduction (Partial -> Split), the all-reduce of phase 1 and the cut
+   are one reduce-scatter (each device receives only its block of the reduced value: 1/N of the
+   all-reduce's result); otherwise by a local slice (Broadcast -> Split moves no data).
+
+A value moving between two meshes over one device set is planned on their common refinement
+(`mesh_views`), so it is the same three phases over device-id digits.
 
 The SPMD exit emits exactly these steps and the inspector (`show`, the report) describes them,
 so what a reader is told a Reshard costs is what the compiled program does. The plan is pure: it
@@ -24,10 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import groupby
 
-from tilefoundry.errors import UnsupportedError
 from tilefoundry.ir.types import Type
-from tilefoundry.ir.types.shard import ShardLayout
-from tilefoundry.visitor_registry.shard_reading import Splits, canonical_splits, pending_partials
+from tilefoundry.visitor_registry.mesh_views import Refinement, mesh_of, refine
+from tilefoundry.visitor_registry.shard_reading import Splits
 
 
 @dataclass(frozen=True)
@@ -64,40 +68,93 @@ class Slice:
     cuts: tuple[tuple[int, tuple[int, ...]], ...]
 
 
-Step = AllReduce | AllToAll | AllGather | Slice
+@dataclass(frozen=True)
+class ReduceScatter:
+    """A pending `reduction` over `mesh_axes` completed and logical axis `axis` cut to each
+    device's block over the same mesh axes, in one collective: each device receives only its
+    block of the reduced value (a Partial -> Split)."""
+
+    axis: int
+    mesh_axes: tuple[int, ...]
+    reduction: str
+
+
+Step = AllReduce | AllToAll | AllGather | ReduceScatter | Slice
 
 
 def plan_reshard(
-    source_type: Type, target_type: Type, where: str, *, engine: str = "the SPMD exit"
+    source_type: Type,
+    target_type: Type,
+    where: str,
+    *,
+    engine: str = "the SPMD exit",
+    reduce_scatter: bool = True,
 ) -> list[Step]:
     """The steps that carry a value of `source_type` to `target_type` on every device, in order
-    (empty: only the type changes). Non-canonical layouts, and moving a value between two meshes,
-    fail closed; `engine` names who refuses (the plan is the SPMD exit's unless told otherwise).
-    """
-    meshes = [
-        type_.layout.mesh
-        for type_ in (source_type, target_type)
-        if isinstance(getattr(type_, "layout", None), ShardLayout)
-    ]
-    if len(meshes) == 2 and meshes[0] != meshes[1]:
-        raise UnsupportedError(
-            f"{where}: moves a value between meshes ({meshes[0]!r} and {meshes[1]!r}); "
-            f"{engine} runs one program on one device mesh"
-        )
-    held, wanted = pending_partials(source_type), pending_partials(target_type)
-    pending = [(m, r) for m, r in sorted(held.items()) if wanted.get(m) != r]
+    (empty: only the type changes). Two views of one device set (`mesh_views`) are read on
+    their common refinement, whose axes the steps then name (`reshard_mesh` gives it).
+    Non-canonical layouts and meshes without a common refinement fail closed; `engine` names
+    who refuses (the plan is the SPMD exit's unless told otherwise). `reduce_scatter=False` is
+    the plan of a backend without one: all-reduce, then slice."""
+    views = reshard_views(source_type, target_type, where, engine)
+    if views is None:
+        return []
+    return plan_readings(
+        views.splits(source_type, where, engine),
+        views.splits(target_type, where, engine),
+        views.partials(source_type),
+        views.partials(target_type),
+        reduce_scatter=reduce_scatter,
+    )
+
+
+def reshard_views(
+    source_type: Type, target_type: Type, where: str, engine: str
+) -> Refinement | None:
+    """The mesh a Reshard's plan runs on: the common refinement of its two types' meshes (the
+    one mesh when they share it); None when neither side is sharded."""
+    meshes = [m for m in (mesh_of(source_type), mesh_of(target_type)) if m is not None]
+    return refine(meshes, where, engine) if meshes else None
+
+
+def plan_readings(
+    cur: Splits,
+    tgt: Splits,
+    held: dict[int, str],
+    wanted: dict[int, str],
+    *,
+    reduce_scatter: bool = True,
+) -> list[Step]:
+    """The plan from the two readings (logical axis -> splitting mesh axes; mesh axis ->
+    pending reduction), all on one mesh. `cur` is not modified."""
+    cur = dict(cur)
+    pending = {m: r for m, r in sorted(held.items()) if wanted.get(m) != r}
+    undo = _undo_splits(cur, tgt)
+    cuts = [(a, axes[len(cur.get(a, ())) :]) for a, axes in tgt.items() if axes != cur.get(a, ())]
+    scatters: list[Step] = []
+    # Moving a reduction after the data movement is sound only when every pending reduction is
+    # the same: sum over x then max over y is not max over y then sum over x.
+    if reduce_scatter and len(set(pending.values())) == 1:
+        reduction = next(iter(pending.values()))
+        kept_cuts = []
+        for axis, axes in cuts:
+            count = 0
+            while count < len(axes) and axes[count] in pending:
+                count += 1
+            if count:
+                scatters.append(ReduceScatter(axis, axes[:count], reduction))
+                for m in axes[:count]:
+                    del pending[m]
+            if axes[count:]:
+                kept_cuts.append((axis, axes[count:]))
+        cuts = kept_cuts
     steps: list[Step] = [
         AllReduce(tuple(m for m, _ in run), reduction)
-        for reduction, run in groupby(pending, key=lambda pair: pair[1])
+        for reduction, run in groupby(pending.items(), key=lambda pair: pair[1])
     ]
-    cur = canonical_splits(source_type, where, engine)
-    tgt = canonical_splits(target_type, where, engine)
-    steps.extend(_undo_splits(cur, tgt))
-    cuts = tuple(
-        (a, axes[len(cur.get(a, ())) :]) for a, axes in tgt.items() if axes != cur.get(a, ())
-    )
+    steps += undo + scatters
     if cuts:
-        steps.append(Slice(cuts))
+        steps.append(Slice(tuple(cuts)))
     return steps
 
 

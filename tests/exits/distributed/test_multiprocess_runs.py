@@ -28,7 +28,7 @@ from exits.spmd import spmd_worker
 from tilefoundry.cli import main
 from tilefoundry.cli.run_processes import run_on_processes
 from tilefoundry.evaluator import evaluate
-from tilefoundry.evaluator.values import block_slices
+from tilefoundry.evaluator.values import axis_indices
 from tilefoundry.exits.spmd import lower_spmd
 
 needs_jax = pytest.mark.skipif(
@@ -116,7 +116,7 @@ def _bounds(type_, shape, coord) -> tuple[tuple[int, int], ...]:
     """(start, stop) per axis of the block the reference evaluator gives device `coord`."""
     if not hasattr(type_.layout, "mesh"):
         return tuple((0, n) for n in shape)
-    block = block_slices(type_, shape, coord, "test")
+    block = axis_indices(type_, shape, coord, "test")  # contiguous: canonical splits
     return tuple(
         (s.start or 0, n if s.stop is None else s.stop) for s, n in zip(block, shape, strict=True)
     )

@@ -17,11 +17,11 @@ def start() -> None:
 
 def run_program(name: str, arrays: tuple, devices: int, compiled: bool = False):
     """`compiled` runs the program after the pass pipeline (fusion regions and all)."""
-    from exits.spmd.sharded_programs import PROGRAMS
+    from exits.spmd.sharded_programs import PROGRAMS, STACKED
     from tilefoundry.exits.xla import run_xla
     from tilefoundry.passes import compile as compile_pipeline
 
-    fn = PROGRAMS[name].sharded
+    fn = {**PROGRAMS, **STACKED}[name].sharded
     if compiled:
         fn = compile_pipeline(fn)[0]
     return run_xla(fn, *arrays, devices=devices)
@@ -34,6 +34,20 @@ def run_error(name: str, arrays: tuple, devices: int) -> str:
     except Exception as err:  # the test asserts on the type name and message
         return f"{type(err).__name__}: {err}"
     return "no error"
+
+
+def compiled_collectives(name: str) -> list[str]:
+    """The collective instructions XLA's CPU compiler leaves in the executable of a program's
+    module (so a test can tell that XLA runs what the exit wrote, not a decomposition)."""
+    import re
+
+    from exits.spmd.sharded_programs import PROGRAMS
+    from tilefoundry.exits.spmd import emit_spmd
+    from tilefoundry.exits.spmd.xla import _compile
+
+    executable, _ = _compile(emit_spmd(PROGRAMS[name].sharded), PROGRAMS[name].devices)
+    text = "\n".join(m.to_string() for m in executable.hlo_modules())
+    return re.findall(r" (all-reduce|reduce-scatter|all-gather|all-to-all)(?:-start)?\(", text)
 
 
 def device_count() -> int:

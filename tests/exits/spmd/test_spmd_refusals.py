@@ -9,6 +9,7 @@ from exits.spmd.sharded_programs import TP
 from frontend import programs as frontend_programs
 from tilefoundry.dsl import tf
 from tilefoundry.errors import UnsupportedError
+from tilefoundry.evaluator import evaluate
 from tilefoundry.exits.spmd import emit_spmd
 from tilefoundry.frontend import Tensor, func
 from tilefoundry.ir.types.shard import make_mesh
@@ -37,6 +38,15 @@ def local_result(x: Tensor[(16 @ TP.tp, 8), "f32"]):
     return tf.local(x)
 
 
+P23 = make_mesh((2, 3), ("p", "q"))
+P32 = make_mesh((3, 2), ("r", "s"))
+
+
+@func
+def unnested_views(x: Tensor[(12 @ P23.p, 6), "f32"]):
+    return tf.reshard(x, layout=(12 @ P32.r, 6), storage="gmem")
+
+
 @func
 def unsharded(x: Tensor[(16, 8), "f32"]):
     return tf.relu(x)
@@ -63,6 +73,18 @@ def test_a_partial_result_is_refused():
 def test_a_local_result_has_no_global_value():
     with pytest.raises(UnsupportedError, match=r"per-device \(Local\) value"):
         emit_spmd(local_result)
+
+
+def test_views_without_a_common_refinement_are_refused_up_front_naming_both():
+    """Issue 15 item 6: meshes over one device set run together only when their axes nest;
+    (2, 3) and (3, 2) do not, so both the exit and the simulator refuse, naming both meshes."""
+    for refuse in (
+        lambda: emit_spmd(unnested_views),
+        lambda: evaluate(unnested_views, np.ones((12, 6), np.float32)),
+    ):
+        with pytest.raises(UnsupportedError, match="have no common refinement") as caught:
+            refuse()
+        assert "p=2, q=3" in caught.value.message and "r=3, s=2" in caught.value.message
 
 
 def test_an_unsharded_function_belongs_to_the_single_device_exit():

@@ -11,6 +11,14 @@ from tilefoundry.exits.spmd.module import (
     emit_spmd,
     format_collective_report,
     lower_spmd,
+    program_meshes,
 )
 
-__all__ = ["SpmdModule", "collective_report", "emit_spmd", "format_collective_report", "lower_spmd"]
+__all__ = [
+    "SpmdModule",
+    "collective_report",
+    "emit_spmd",
+    "format_collective_report",
+    "lower_spmd",
+    "program_meshes",
+]

@@ -32,8 +32,8 @@ from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.lowering.builder import Lowering
 from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TensorType, TupleType, Type, i32
-from tilefoundry.ir.types.shard import ShardLayout
-from tilefoundry.visitor_registry import STABLEHLO
+from tilefoundry.ir.types.shard import Mesh, ShardLayout
+from tilefoundry.visitor_registry import ACCESS_RELATION, STABLEHLO
 from tilefoundry.visitor_registry.block_plan import ArgView, BlockPlan, Engine, Kind
 from tilefoundry.visitor_registry.shard_reading import canonical_splits
 
@@ -74,7 +74,7 @@ class SpmdCall:
         self.body, self.lw = body, body.lw
         self.where = type(op).__name__
         self.arg_types = tuple(_ir_types(v) for v in self.operands)
-        self.mesh = body.mesh
+        self.mesh = _call_mesh(self.operands, self.out_fields, body.mesh)
         self.coords = list(cartesian(*(range(int(e)) for e in self.mesh.shape)))
 
     # ---- the helpers an SPMD_LOWERING rule composes --------------------------------------
@@ -178,7 +178,7 @@ class SpmdCall:
                 f"{self.where}: the result is split on axis {uncovered[0]}, along which an "
                 "operand has no axis, so no device's block of it can be read from that operand"
             )
-        return self.body.take_blocks(value, cuts, value.type)
+        return self.body.take_blocks(value, cuts, value.type, self.mesh)
 
     def run_local(self, operands: Sequence[Operand], op: Op | None = None) -> Operand:
         """The op's (or `op`'s) ordinary StableHLO rule on per-device `operands` that are
@@ -216,7 +216,7 @@ class SpmdCall:
         mesh_axes = canonical_splits(value.type, self.where, EXIT).get(logical_axis)
         if not mesh_axes or value.per_device:
             return Value(self.lw, self.body.scalar(0), (), i32)
-        name = self.body.block_offset(mesh_axes, value.local.shape[logical_axis])
+        name = self.body.block_offset(mesh_axes, value.local.shape[logical_axis], self.mesh)
         return Value(self.lw, name, (), i32)
 
     def _wrap(self, names: Any, local_out: Type, per_device: bool) -> Operand:
@@ -258,6 +258,18 @@ def _local_out_type(call: SpmdCall) -> Type:
     return TupleType(fields) if isinstance(call.out_type, TupleType) else fields[0]
 
 
+def _call_mesh(operands, out_fields, default: Mesh) -> Mesh:
+    """The mesh one call runs on: that of its sharded values (typeinfer keeps a call on one
+    mesh; a Reshard between two views plans on their refinement itself)."""
+    for leaf in leaves(operands):
+        if isinstance(leaf.type.layout, ShardLayout):
+            return leaf.type.layout.mesh
+    for field in out_fields:
+        if isinstance(getattr(field, "layout", None), ShardLayout):
+            return field.layout.mesh
+    return default
+
+
 def _ir_types(value: Operand) -> Type:
     if isinstance(value, tuple):
         return TupleType(tuple(_ir_types(v) for v in value))
@@ -291,13 +303,20 @@ class _Blocks:
     def __init__(self, call: SpmdCall, depends: Sequence[Sequence[int]] | None = None):
         self.call, self.where = call, call.where
         views = tuple(_view(v, call.lw) for v in call.operands)
+        split = any(canonical_splits(v.type, self.where, EXIT) for v in leaves(call.operands))
+        if split and not ACCESS_RELATION.has(type(call.op)):
+            raise UnsupportedError(
+                f"{self.where}: an operand is Split and the op declares no access relation, so "
+                f"{EXIT} cannot tell which block each device computes; the op needs an "
+                "SPMD_LOWERING rule, or insert reshard(x, Broadcast)"
+            )
         self.plan = BlockPlan(
             call.op,
             call.arg_types,
             views,
             call.out_type,
             call.out_shapes,
-            call.body.mesh,
+            call.mesh,
             _ENGINE,
             depends,
         )
@@ -308,7 +327,7 @@ class _Blocks:
         if cuts is None:
             return value
         blocks = {axis: block.mesh_axes for axis, block in cuts.items()}
-        return self.call.body.take_blocks(value, blocks, value.type)
+        return self.call.body.take_blocks(value, blocks, value.type, self.call.mesh)
 
     def run(self, complete: str | None, op: Op) -> Operand:
         call = self.call
@@ -336,7 +355,7 @@ class _Blocks:
             value = self._complete(value, list(settlement.reduce), complete)
         if not settlement.cuts:
             return value
-        return self.call.body.take_blocks(value, settlement.cuts, value.type)
+        return self.call.body.take_blocks(value, settlement.cuts, value.type, self.call.mesh)
 
     def _complete(self, value: Shard, mesh_axes: list[int], complete: str) -> Shard:
         """One all-reduce over every completed mesh axis (one combiner, so their order is moot)."""
@@ -345,7 +364,8 @@ class _Blocks:
                 f"{self.where}: completes with {complete!r}; the SPMD exit all-reduces with sum, "
                 "max or min (a mean is a sum its SPMD_LOWERING rule divides)"
             )
-        return self.call.body.all_reduce(value, mesh_axes, complete, value.type, self.where)
+        body = self.call.body
+        return body.all_reduce(value, mesh_axes, complete, value.type, self.where, self.call.mesh)
 
 
 def check_local(value: Shard, expected: tuple[int, ...], where: str) -> None:

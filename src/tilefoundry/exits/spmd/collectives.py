@@ -35,13 +35,17 @@ class Shard:
 
 @dataclass(frozen=True)
 class Collective:
-    """One emitted collective: what ran, over which mesh axes, and its operand bytes per device."""
+    """One emitted collective: what ran, over which mesh axes, its operand and result bytes per
+    device, the IR op behind it, and how many times one run executes it (the trip count of the
+    loops it sits in; 1 outside loops)."""
 
     kind: str
     mesh_axes: str
     reduction: str | None
     bytes_per_device: int
     source: str
+    result_bytes_per_device: int = 0
+    trips: int = 1
 
 
 _COMBINERS = {"sum": "add", "max": "maximum", "min": "minimum"}
@@ -59,9 +63,23 @@ class DeviceBody:
     def __init__(self, lw: Lowering, mesh: Mesh):
         self.lw, self.mesh = lw, mesh
         self.records: list[Collective] = []
-        self._coords: dict[int, str] = {}
+        # The IR call each record was emitted for (set by the emitter before it lowers a call),
+        # so readers (`show`, the report) attribute what the exit emits to the op that asked.
+        self.origins: list[object] = []
+        self.current: object = None
+        self._coords: dict[tuple[Mesh, int], str] = {}
         self._pid: str | None = None
-        self._channel = 0
+        self._channel = [0]
+        self.trips = 1
+
+    def nested(self, lw: Lowering, trips: int) -> DeviceBody:
+        """The body of a region inside this one (a loop body run `trips` times per run): its
+        own Lowering and device coordinates (a region captures no outer SSA value), the same
+        channel numbering and collective record."""
+        inner = DeviceBody(lw, self.mesh)
+        inner.records, inner.origins, inner._channel = self.records, self.origins, self._channel
+        inner.trips = self.trips * trips
+        return inner
 
     # ---- where this device is -------------------------------------------------------------
 
@@ -71,29 +89,41 @@ class DeviceBody:
     def _int_op(self, name: str, lhs: str, rhs: str) -> str:
         return self.lw.op(f"stablehlo.{name} {lhs}, {rhs} : tensor<i32>")
 
-    def coordinate(self, mesh_axis: int) -> str:
-        """This device's coordinate along `mesh_axis` (an i32 scalar)."""
-        if mesh_axis not in self._coords:
+    def coordinate(self, mesh_axis: int, mesh: Mesh | None = None) -> str:
+        """This device's coordinate along `mesh_axis` of `mesh` (default: the body's), an i32
+        scalar. Every mesh of a program is a row-major view of the same device ids (DESIGN
+        §4.13), so each coordinate is a digit of the partition id."""
+        mesh = mesh or self.mesh
+        if (mesh, mesh_axis) not in self._coords:
             if self._pid is None:
                 raw = self.lw.op('"stablehlo.partition_id"() : () -> tensor<ui32>')
                 self._pid = self.lw.op(f"stablehlo.convert {raw} : (tensor<ui32>) -> tensor<i32>")
-            stride = c_order_strides(self.mesh.shape)[mesh_axis]
+            stride = c_order_strides(mesh.shape)[mesh_axis]
             quotient = self._int_op("divide", self._pid, self.scalar(stride))
-            extent = self.scalar(self.mesh.shape[mesh_axis])
-            self._coords[mesh_axis] = self._int_op("remainder", quotient, extent)
-        return self._coords[mesh_axis]
+            extent = self.scalar(mesh.shape[mesh_axis])
+            self._coords[mesh, mesh_axis] = self._int_op("remainder", quotient, extent)
+        return self._coords[mesh, mesh_axis]
 
-    def block_offset(self, mesh_axes: Sequence[int], block: int) -> str:
+    def block_offset(self, mesh_axes: Sequence[int], block: int, mesh: Mesh | None = None) -> str:
         """Start of this device's block: its mixed-radix index over `mesh_axes` times `block`."""
-        index = self.coordinate(mesh_axes[0])
+        mesh = mesh or self.mesh
+        index = self.coordinate(mesh_axes[0], mesh)
         for m in mesh_axes[1:]:
-            scaled = self._int_op("multiply", index, self.scalar(self.mesh.shape[m]))
-            index = self._int_op("add", scaled, self.coordinate(m))
+            scaled = self._int_op("multiply", index, self.scalar(mesh.shape[m]))
+            index = self._int_op("add", scaled, self.coordinate(m, mesh))
         return self._int_op("multiply", index, self.scalar(block))
 
-    def take_blocks(self, x: Shard, cuts: Mapping[int, Sequence[int]], type_: TensorType) -> Shard:
-        """`x` cut, per local axis in `cuts`, to this device's block over those mesh axes (a
-        local `dynamic_slice`; nothing moves between devices). The result is typed `type_`."""
+    def take_blocks(
+        self,
+        x: Shard,
+        cuts: Mapping[int, Sequence[int]],
+        type_: TensorType,
+        mesh: Mesh | None = None,
+    ) -> Shard:
+        """`x` cut, per local axis in `cuts`, to this device's block over those mesh axes of
+        `mesh` (default: the body's; a local `dynamic_slice`, nothing moves between devices).
+        The result is typed `type_`."""
+        mesh = mesh or self.mesh
         if not cuts:
             return Shard(x.name, type_, x.local, x.per_device)
         shape = list(x.local.shape)
@@ -101,8 +131,8 @@ class DeviceBody:
         zero = None
         for axis, extent in enumerate(x.local.shape):
             if axis in cuts:
-                shape[axis] = extent // prod(self.mesh.shape[m] for m in cuts[axis])
-                starts.append(self.block_offset(cuts[axis], shape[axis]))
+                shape[axis] = extent // prod(mesh.shape[m] for m in cuts[axis])
+                starts.append(self.block_offset(cuts[axis], shape[axis], mesh))
             else:
                 zero = zero or self.scalar(0)
                 starts.append(zero)
@@ -116,52 +146,104 @@ class DeviceBody:
 
     # ---- collectives ----------------------------------------------------------------------
 
-    def _attributes(self, mesh_axes: Sequence[int], *, global_ids: bool = True) -> str:
-        self._channel += 1
-        groups = groups_literal(replica_groups(self.mesh, mesh_axes))
+    def _attributes(self, mesh: Mesh, mesh_axes: Sequence[int], *, global_ids=True) -> str:
+        self._channel[0] += 1
+        groups = groups_literal(replica_groups(mesh, mesh_axes))
         flag = ", use_global_device_ids" if global_ids else ""
         return (
-            f"channel_handle = #stablehlo.channel_handle<handle = {self._channel}, type = 1>, "
+            f"channel_handle = #stablehlo.channel_handle<handle = {self._channel[0]}, type = 1>, "
             f"replica_groups = {groups}{flag}"
         )
 
-    def _record(self, kind, mesh_axes, reduction, operand: TensorType, source: str) -> None:
-        label = axes_label(self.mesh, mesh_axes)
-        self.records.append(Collective(kind, label, reduction, nbytes(operand), source))
+    def _record(
+        self, kind, mesh: Mesh, mesh_axes, reduction, operand: TensorType, result, source: str
+    ) -> None:
+        label = axes_label(mesh, mesh_axes)
+        self.records.append(
+            Collective(kind, label, reduction, nbytes(operand), source, nbytes(result), self.trips)
+        )
+        self.origins.append(self.current)
 
-    def all_reduce(
-        self, x: Shard, mesh_axes: Sequence[int], reduction: str, type_: TensorType, source: str
-    ) -> Shard:
-        """Every device of a group ends with the `reduction` (sum, max, min) of its members'."""
-        lw, local = self.lw, x.local
-        table = _BOOL_COMBINERS if local.dtype.is_bool else _COMBINERS
-        scalar = lw.type(TensorType((), local.dtype))
+    def _combiner_region(self, dtype, reduction: str) -> tuple[str, str]:
+        """(`({ ^bb0 ... })` region text, scalar type) combining two elements by `reduction`."""
+        lw = self.lw
+        table = _BOOL_COMBINERS if dtype.is_bool else _COMBINERS
+        scalar = lw.type(TensorType((), dtype))
         a, b = lw.fresh(), lw.fresh()
         inner = lw.child(4)
         combined = inner.op(f"stablehlo.{table[reduction]} {a}, {b} : {scalar}")
         inner.line(f"stablehlo.return {combined} : {scalar}")
         pad = " " * (lw.indent + 2)
-        name = lw.op(
-            f'"stablehlo.all_reduce"({x.name}) <{{{self._attributes(mesh_axes)}}}> ({{\n'
-            f"{pad}^bb0({a}: {scalar}, {b}: {scalar}):\n" + "\n".join(inner.lines) + "\n"
-            f"{' ' * lw.indent}}}) : ({lw.type(local)}) -> {lw.type(local)}"
+        region = (
+            f"({{\n{pad}^bb0({a}: {scalar}, {b}: {scalar}):\n" + "\n".join(inner.lines) + "\n"
+            f"{' ' * lw.indent}}})"
         )
-        self._record("all_reduce", mesh_axes, reduction, local, source)
+        return region, scalar
+
+    def all_reduce(
+        self,
+        x: Shard,
+        mesh_axes: Sequence[int],
+        reduction: str,
+        type_: TensorType,
+        source: str,
+        mesh: Mesh | None = None,
+    ) -> Shard:
+        """Every device of a group ends with the `reduction` (sum, max, min) of its members'."""
+        mesh, lw, local = mesh or self.mesh, self.lw, x.local
+        region, _ = self._combiner_region(local.dtype, reduction)
+        name = lw.op(
+            f'"stablehlo.all_reduce"({x.name}) <{{{self._attributes(mesh, mesh_axes)}}}> '
+            f"{region} : ({lw.type(local)}) -> {lw.type(local)}"
+        )
+        self._record("all_reduce", mesh, mesh_axes, reduction, local, local, source)
+        return Shard(name, type_, local)
+
+    def reduce_scatter(
+        self,
+        x: Shard,
+        axis: int,
+        mesh_axes: Sequence[int],
+        reduction: str,
+        type_: TensorType,
+        source: str,
+        mesh: Mesh | None = None,
+    ) -> Shard:
+        """The group's `reduction` of `x`, of which each device keeps only its block along
+        local `axis` (blocks numbered mixed-radix over `mesh_axes`, as `take_blocks` cuts)."""
+        mesh, lw = mesh or self.mesh, self.lw
+        shape = list(x.local.shape)
+        shape[axis] //= prod(mesh.shape[m] for m in mesh_axes)
+        local = TensorType(tuple(shape), x.local.dtype)
+        region, _ = self._combiner_region(local.dtype, reduction)
+        name = lw.op(
+            f'"stablehlo.reduce_scatter"({x.name}) <{{{self._attributes(mesh, mesh_axes)}, '
+            f"scatter_dimension = {axis} : i64}}> {region} : "
+            f"({lw.type(x.local)}) -> {lw.type(local)}"
+        )
+        self._record("reduce_scatter", mesh, mesh_axes, reduction, x.local, local, source)
         return Shard(name, type_, local)
 
     def all_gather(
-        self, x: Shard, axis: int, mesh_axes: Sequence[int], type_: TensorType, source: str
+        self,
+        x: Shard,
+        axis: int,
+        mesh_axes: Sequence[int],
+        type_: TensorType,
+        source: str,
+        mesh: Mesh | None = None,
     ) -> Shard:
         """Concatenate the group's blocks along local `axis`, mixed-radix over `mesh_axes`."""
+        mesh = mesh or self.mesh
         shape = list(x.local.shape)
-        shape[axis] *= prod(self.mesh.shape[m] for m in mesh_axes)
+        shape[axis] *= prod(mesh.shape[m] for m in mesh_axes)
         local = TensorType(tuple(shape), x.local.dtype)
         name = self.lw.op(
             f'"stablehlo.all_gather"({x.name}) <{{all_gather_dim = {axis} : i64, '
-            f"{self._attributes(mesh_axes)}}}> : ({self.lw.type(x.local)}) -> "
+            f"{self._attributes(mesh, mesh_axes)}}}> : ({self.lw.type(x.local)}) -> "
             f"{self.lw.type(local)}"
         )
-        self._record("all_gather", mesh_axes, None, x.local, source)
+        self._record("all_gather", mesh, mesh_axes, None, x.local, local, source)
         return Shard(name, type_, local)
 
     def all_to_all(
@@ -172,10 +254,12 @@ class DeviceBody:
         mesh_axis: int,
         type_: TensorType,
         source: str,
+        mesh: Mesh | None = None,
     ) -> Shard:
         """Trade blocks: cut `split_axis` into one piece per device of the group, send piece i
         to member i, and concatenate what arrives along `concat_axis` in group order."""
-        count = self.mesh.shape[mesh_axis]
+        mesh = mesh or self.mesh
+        count = mesh.shape[mesh_axis]
         shape = list(x.local.shape)
         shape[split_axis] //= count
         shape[concat_axis] *= count
@@ -183,8 +267,8 @@ class DeviceBody:
         name = self.lw.op(
             f'"stablehlo.all_to_all"({x.name}) <{{split_dimension = {split_axis} : i64, '
             f"concat_dimension = {concat_axis} : i64, split_count = {count} : i64, "
-            f"{self._attributes([mesh_axis], global_ids=False)}}}> : "
+            f"{self._attributes(mesh, [mesh_axis], global_ids=False)}}}> : "
             f"({self.lw.type(x.local)}) -> {self.lw.type(local)}"
         )
-        self._record("all_to_all", [mesh_axis], None, x.local, source)
+        self._record("all_to_all", mesh, [mesh_axis], None, x.local, local, source)
         return Shard(name, type_, local)

@@ -21,6 +21,7 @@ from tilefoundry.ir.types import TensorType
 from tilefoundry.ir.types.shard import Layout, Mesh
 from tilefoundry.ir.types.shard.int_tuple import is_int
 from tilefoundry.ir.types.shard.mesh import c_order_strides
+from tilefoundry.visitor_registry.mesh_views import Refinement
 from tilefoundry.visitor_registry.shard_reading import canonical_splits
 
 EXIT = "the SPMD exit"
@@ -70,10 +71,11 @@ def local_shape(type_: TensorType, shape: Sequence[int], where: str) -> tuple[in
     return tuple(local)
 
 
-def sdy_sharding(type_: TensorType, rank: int, mesh: Mesh, where: str) -> str:
-    """`<@mesh, [{"x"}, {}]>`: each logical axis's splitting mesh axes, major to minor."""
-    names = axis_names(mesh)
-    splits = canonical_splits(type_, where, EXIT)
+def sdy_sharding(type_: TensorType, rank: int, views: Refinement, where: str) -> str:
+    """`<@mesh, [{"x"}, {}]>`: each logical axis's splitting axes of the module mesh (the
+    common refinement of the program's meshes), major to minor."""
+    names = axis_names(views.mesh)
+    splits = views.splits(type_, where, EXIT)
     dims = []
     for axis in range(rank):
         dims.append("{" + ", ".join(f'"{names[m]}"' for m in splits.get(axis, ())) + "}")

@@ -10,10 +10,17 @@ locally, and the only communication is what the IR asks for — a Reshard (`spmd
 complete-effect reduction — so the emitted collectives are exactly the IR's. Manual partitioning
 is deliberate: letting Shardy propagate would let XLA choose (and add) collectives.
 
-Refused with UnsupportedError: non-device topologies, more than one mesh, Partial parameters
-(a caller has no addends to pass), Partial or per-device (Local) results (no single global value),
-loops, and any op whose per-device semantics are not "its rule on the local block" (it has a
-SHARDED_EVAL rule) unless it registers an SPMD_LOWERING rule.
+Several meshes over one device set (a 1-D view of 8 devices and a 2x4 view of the same 8) are
+views of one id space: the module's `sdy.mesh` is their common refinement (`mesh_views`), each
+call runs on its own mesh's coordinates (digits of the partition id) and replica groups, and a
+Reshard between two views is planned on their refinement. A loop (GridRegionExpr) is one
+per-device `stablehlo.while` whose body holds its collectives.
+
+Refused with UnsupportedError (located at the op's source line): non-device topologies, meshes
+without a common refinement (naming them), Partial parameters (a caller has no addends to
+pass), Partial or per-device (Local) results (no single global value), and any op whose
+per-device semantics are not "its rule on the local block" (it has a SHARDED_EVAL rule) unless
+it registers an SPMD_LOWERING rule.
 """
 
 from __future__ import annotations
@@ -33,20 +40,37 @@ from tilefoundry.exits.spmd.mesh import (
     local_shape,
     sdy_sharding,
 )
-from tilefoundry.exits.stablehlo import STABLEHLO_TARGET_VERSION, VERSION_ATTRIBUTE
+from tilefoundry.exits.stablehlo import (
+    STABLEHLO_TARGET_VERSION,
+    VERSION_ATTRIBUTE,
+    loop_bounds,
+    loop_captures,
+    loop_invariants,
+    while_condition,
+    while_text,
+)
 from tilefoundry.exits.stablehlo import _module_name as module_name
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
+from tilefoundry.ir.hir.grid_region import INDUCTION_TYPE
 from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.ir.lowering.builder import Lowering
 from tilefoundry.ir.lowering.mlir_text import dense_literal
-from tilefoundry.ir.types import TensorType, TupleType, Type
+from tilefoundry.ir.types import TensorType, TupleType, Type, i64
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
 from tilefoundry.visitor_registry import SHARDED_EVAL, SPMD_LOWERING
+from tilefoundry.visitor_registry.mesh_views import Refinement, refine
 from tilefoundry.visitor_registry.shard_reading import canonical_splits, pending_partials
 
-__all__ = ["SpmdModule", "collective_report", "emit_spmd", "format_collective_report", "lower_spmd"]
+__all__ = [
+    "SpmdModule",
+    "collective_report",
+    "emit_spmd",
+    "format_collective_report",
+    "lower_spmd",
+    "program_meshes",
+]
 
 
 @dataclass(frozen=True)
@@ -59,6 +83,9 @@ class SpmdModule:
     param_types: tuple[TensorType, ...]
     result_types: tuple[TensorType, ...]
     collectives: tuple[Collective, ...]
+    views: Refinement
+    origins: tuple[Expr, ...] = ()
+    """The IR call each collective was emitted for (parallel to `collectives`)."""
 
 
 def _fields(type_: Type) -> list[TensorType]:
@@ -69,9 +96,32 @@ def _fields(type_: Type) -> list[TensorType]:
     raise UnsupportedError(f"SPMD exit: values of type {type_} have no StableHLO form")
 
 
-def _find_mesh(fn: Function) -> Mesh:
+def _renamed(leaf: Shard, name: str) -> Shard:
+    return Shard(name, leaf.type, leaf.local, leaf.per_device)
+
+
+def _rebuild(template: Operand, names) -> Operand:
+    """`template`'s structure with each leaf renamed from `names` (pairs of name and the leaf
+    it replaces, in leaf order)."""
+    if isinstance(template, tuple):
+        return tuple(_rebuild(t, names) for t in template)
+    name, _ = next(names)
+    return _renamed(template, name)
+
+
+def _names(value: Operand) -> list[str]:
+    return [leaf.name for leaf in leaves(value)]
+
+
+def _width(exprs, values) -> int:
+    return sum(len(leaves(values[e])) for e in exprs)
+
+
+def program_meshes(fn: Function) -> list[Mesh]:
+    """Every mesh a value of `fn` is sharded over (its body, loop bodies, fusion regions and
+    inlined callees included), in first-seen order; empty for an unsharded program."""
     meshes: dict[Mesh, None] = {}
-    stack, seen = [fn.body, *fn.params], set()
+    stack, seen = [*fn.params, *([fn.body] if fn.body is not None else [])], set()
     while stack:
         node = stack.pop()
         if id(node) in seen:
@@ -85,19 +135,23 @@ def _find_mesh(fn: Function) -> Mesh:
             stack.extend(node.target.outputs)
         if isinstance(node, Call) and isinstance(node.target, Function) and node.target.body:
             stack.append(node.target.body)
+        if isinstance(node, GridRegionExpr):
+            stack.extend(node.carried_args)
+    return list(meshes)
+
+
+def _find_views(fn: Function) -> Refinement:
+    """The program's device meshes, as views of one device set: their common refinement (the
+    one mesh itself when there is one), refused up front naming the meshes when there is none."""
+    meshes = program_meshes(fn)
     if not meshes:
         raise UnsupportedError(
             f"SPMD exit: {fn.name} has no sharded values; emit it with the single-device "
             "StableHLO exit (run_xla without devices=)"
         )
-    if len(meshes) > 1:
-        raise UnsupportedError(
-            f"SPMD exit: {fn.name} uses {len(meshes)} meshes ({', '.join(map(repr, meshes))}); "
-            "the SPMD exit runs one program on one device mesh"
-        )
-    mesh = next(iter(meshes))
-    check_device_mesh(mesh, f"SPMD exit: {fn.name}")
-    return mesh
+    for mesh in meshes:
+        check_device_mesh(mesh, f"SPMD exit: {fn.name}")
+    return refine(meshes, f"SPMD exit: {fn.name}", EXIT)
 
 
 class _Emitter:
@@ -105,6 +159,7 @@ class _Emitter:
 
     def __init__(self, body: DeviceBody):
         self.body, self.lw = body, body.lw
+        self.reads_memo: dict[Expr, frozenset[Var]] = {}
 
     def lower(self, root: Expr, values: dict[Expr, Operand]) -> Operand:
         stack: list[tuple[Expr, bool]] = [(root, False)]
@@ -113,19 +168,79 @@ class _Emitter:
             if node in values:
                 continue
             if isinstance(node, GridRegionExpr):
-                raise UnsupportedError(
-                    "SPMD exit: loops (GridRegionExpr) are not lowered per device; unroll the "
-                    "loop or run the sharded program on the reference evaluator"
-                )
+                pending = [i for i in node.init_args if i not in values]
+                if pending and not expanded:
+                    stack.append((node, True))
+                    stack.extend((i, False) for i in reversed(pending))
+                    continue
+                try:
+                    values[node] = self.lower_loop(node, values)
+                except VerifyError as err:
+                    raise err.with_location(source_span(node)) from None
+                continue
             if not expanded:
                 stack.append((node, True))
                 stack.extend((c, False) for c in reversed(all_operands(node)) if c not in values)
                 continue
             try:
+                self.body.current = node
                 values[node] = self.lower_node(node, values)
             except VerifyError as err:  # every refusal names the line of the op it refuses
                 raise err.with_location(source_span(node)) from None
         return values[root]
+
+    def lower_loop(self, loop: GridRegionExpr, values: dict[Expr, Operand]) -> Operand:
+        """One per-device `stablehlo.while`: the carries are each device's blocks, so the
+        collectives the body's Reshards and complete reductions ask for run inside the loop,
+        once per iteration (the collective record counts them `trips` times). Loop-invariant
+        body values are lowered before it; outer values the body reads are threaded through as
+        unchanged carries (the regions capture nothing, device coordinates included)."""
+        lw = self.lw
+        for node in loop_invariants(loop, values, self.reads_memo):
+            self.lower(node, values)
+        captures = sorted(loop_captures(loop, values), key=lambda c: _names(values[c]))
+        start, stop, step = loop_bounds(loop, lw.bindings)
+        index = TensorType((), i64)
+        first = Shard(lw.constant(start, i64), INDUCTION_TYPE, index)
+        carried = [values[i] for i in loop.init_args]
+        threaded = [first, *(leaf for c in carried for leaf in leaves(c))]
+        threaded += [leaf for c in captures for leaf in leaves(values[c])]
+        types = [lw.type(leaf.local) for leaf in threaded]
+        block_args = [lw.fresh() for _ in threaded]
+        cond_lines = while_condition(lw, block_args[0], stop)
+
+        inner = _Emitter(self.body.nested(lw.child(4), len(range(start, stop, step))))
+        renamed = iter(zip(block_args, threaded, strict=True))
+        name, leaf = next(renamed)
+        inner_values: dict[Expr, Operand] = {loop.induction_var: _renamed(leaf, name)}
+        for phi, init in zip(loop.carried_args, carried, strict=True):
+            inner_values[phi] = _rebuild(init, renamed)
+        for capture in captures:
+            inner_values[capture] = _rebuild(values[capture], renamed)
+        inner.lower(loop.body, inner_values)
+        yields = []
+        for phi, value in zip(loop.carried_args, loop.yield_values, strict=True):
+            got = leaves(inner.lower(value, inner_values))
+            want = leaves(inner_values[phi])
+            for g, w in zip(got, want, strict=True):
+                check_local(g, tuple(w.local.shape), f"the carry '{phi.name}' of the loop")
+            yields += [g.name for g in got]
+        body_lw = inner.lw
+        step_name = body_lw.constant(step, i64)
+        following = body_lw.op(f"stablehlo.add {block_args[0]}, {step_name} : {lw.type(index)}")
+        returned = [following, *yields, *block_args[len(block_args) - _width(captures, values) :]]
+        body_lw.line(f'"stablehlo.return"({", ".join(returned)}) : ({", ".join(types)}) -> ()')
+        results = while_text(
+            lw, [t.name for t in threaded], types, block_args, cond_lines, body_lw.lines
+        )
+        results = iter(
+            zip(results if isinstance(results, tuple) else (results,), threaded, strict=True)
+        )
+        next(results)
+        finals = [_rebuild(init, results) for init in carried]
+        if not finals:
+            return ()
+        return finals[0] if len(finals) == 1 else tuple(finals)
 
     def lower_node(self, node: Expr, values: dict[Expr, Operand]) -> Operand:
         if isinstance(node, Var):
@@ -194,15 +309,16 @@ class _Emitter:
 
 
 def _signature_type(
-    type_: TensorType, lw: Lowering, mesh: Mesh, what: str, remedy: str
+    type_: TensorType, lw: Lowering, views: Refinement, what: str, remedy: str
 ) -> tuple[str, str]:
     """(global tensor type, sdy sharding) of a parameter or result."""
     for mesh_axis, reduction in pending_partials(type_).items():
+        label = mesh_axis_label(type_.layout.mesh, mesh_axis)
         raise UnsupportedError(
-            f"SPMD exit: {what} is Partial({reduction}) on {mesh_axis_label(mesh, mesh_axis)}; "
+            f"SPMD exit: {what} is Partial({reduction}) on {label}; "
             f"a pending reduction has no global value at the program boundary; {remedy}"
         )
-    return lw.type(type_), sdy_sharding(type_, len(type_.shape), mesh, what)
+    return lw.type(type_), sdy_sharding(type_, len(type_.shape), views, what)
 
 
 def lower_spmd(fn: Function, *, bindings: Mapping[Any, int] | None = None) -> SpmdModule:
@@ -211,7 +327,8 @@ def lower_spmd(fn: Function, *, bindings: Mapping[Any, int] | None = None) -> Sp
         raise UnsupportedError(f"SPMD exit: expected a Function, got {type(fn).__name__}")
     if fn.body is None:
         fn = select_variant(fn, bindings=dict(bindings or {}))
-    mesh = _find_mesh(fn)
+    views = _find_views(fn)
+    mesh = views.mesh
     counter = [0]
     outer = Lowering(bindings, counter, indent=4)
     body = DeviceBody(Lowering(bindings, counter, indent=6), mesh)
@@ -223,7 +340,7 @@ def lower_spmd(fn: Function, *, bindings: Mapping[Any, int] | None = None) -> Sp
         if not isinstance(p.type, TensorType):
             raise UnsupportedError(f"SPMD exit: parameter '{p.name}' is not a tensor")
         text, sharding = _signature_type(
-            p.type, outer, mesh, f"parameter '{p.name}'", "pass it completed (Broadcast or Split)"
+            p.type, outer, views, f"parameter '{p.name}'", "pass it completed (Broadcast or Split)"
         )
         shape = outer.shape(p.type)
         local = TensorType(local_shape(p.type, shape, p.name), p.type.dtype)
@@ -245,7 +362,7 @@ def lower_spmd(fn: Function, *, bindings: Mapping[Any, int] | None = None) -> Sp
                 "the sharded value instead"
             )
         remedy = "complete it in the program with reshard(x, Broadcast or Split)"
-        outs.append((leaf, *_signature_type(type_, outer, mesh, what, remedy)))
+        outs.append((leaf, *_signature_type(type_, outer, views, what, remedy)))
     body.lw.line(
         f"sdy.return {', '.join(s.name for s, _, _ in outs)} : "
         f"{', '.join(outer.type(s.local) for s, _, _ in outs)}"
@@ -282,6 +399,8 @@ def lower_spmd(fn: Function, *, bindings: Mapping[Any, int] | None = None) -> Sp
         tuple(param_types),
         tuple(result_types),
         tuple(body.records),
+        views,
+        tuple(body.origins),
     )
 
 
@@ -292,8 +411,12 @@ def emit_spmd(fn: Function, *, bindings: Mapping[Any, int] | None = None) -> str
 
 @dataclass(frozen=True)
 class CollectiveEntry:
-    """Identical collectives of one program, counted: kind, the mesh axes its groups span, its
-    reduction (all_reduce only), operand bytes each device contributes, and the IR op behind it."""
+    """Identical collectives of one program: how many times one run executes them (`count`;
+    a collective in a loop body runs once per iteration) and how many the module text holds
+    (`emitted`), their kind, the mesh axes their groups span, their reduction (all_reduce and
+    reduce_scatter), the bytes each device puts in (`bytes_per_device`, the operand: what an
+    HLO dump counts) and gets out (`result_bytes_per_device`: an all-reduce returns the whole
+    operand, a reduce-scatter 1/N of it, an all-gather N times it), and the IR op behind them."""
 
     count: int
     kind: str
@@ -301,6 +424,8 @@ class CollectiveEntry:
     reduction: str | None
     bytes_per_device: int
     source: str
+    result_bytes_per_device: int = 0
+    emitted: int = 0
 
 
 def collective_report(
@@ -311,23 +436,39 @@ def collective_report(
     for record in lower_spmd(fn, bindings=bindings).collectives:
         counts[record] = counts.get(record, 0) + 1
     return [
-        CollectiveEntry(n, c.kind, c.mesh_axes, c.reduction, c.bytes_per_device, c.source)
+        CollectiveEntry(
+            n * c.trips,
+            c.kind,
+            c.mesh_axes,
+            c.reduction,
+            c.bytes_per_device,
+            c.source,
+            c.result_bytes_per_device,
+            n,
+        )
         for c, n in counts.items()
     ]
 
 
 def format_collective_report(entries: list[CollectiveEntry]) -> str:
-    """A fixed-width table, one line per entry, with the total bytes per device at the end."""
+    """A fixed-width table, one line per entry (`count` executions per run; `3 (1 in loop)`
+    when the module holds fewer than run), with the bytes per device in and out at the end."""
     if not entries:
         return "no collectives\n"
     lines = [
-        f"{'count':>5}  {'kind':<10}  {'mesh axes':<9}  {'reduction':<9}  bytes/device  source"
+        f"{'count':>5}  {'kind':<14}  {'mesh axes':<9}  {'reduction':<9}  {'in B/device':>11}  "
+        f"{'out B/device':>12}  source"
     ]
     for e in entries:
+        looped = f" ({e.emitted} in loop)" if e.emitted != e.count else ""
         lines.append(
-            f"{e.count:>5}  {e.kind:<10}  {e.mesh_axes:<9}  {e.reduction or '-':<9}  "
-            f"{e.bytes_per_device:>12}  {e.source}"
+            f"{e.count:>5}  {e.kind:<14}  {e.mesh_axes:<9}  {e.reduction or '-':<9}  "
+            f"{e.bytes_per_device:>11}  {e.result_bytes_per_device:>12}  {e.source}{looped}"
         )
-    total = sum(e.count * e.bytes_per_device for e in entries)
-    lines.append(f"total: {sum(e.count for e in entries)} collective(s), {total} bytes per device")
+    sent = sum(e.count * e.bytes_per_device for e in entries)
+    received = sum(e.count * e.result_bytes_per_device for e in entries)
+    lines.append(
+        f"total: {sum(e.count for e in entries)} collective(s), {sent} bytes in and "
+        f"{received} bytes out per device"
+    )
     return "\n".join(lines) + "\n"

@@ -2,7 +2,10 @@
 
 Which collectives a Reshard needs is decided once, by the pure plan the inspector also describes,
 so `show` and the report say what this exit emits; here each step becomes its StableHLO
-collective (or, for the final local cut, a `dynamic_slice`) over the device body.
+collective (or, for the final local cut, a `dynamic_slice`) over the device body. A Partial ->
+Split is one `reduce_scatter`: jaxlib 0.10.2's XLA CPU runtime executes it on N devices (the
+multi-device tests run it against the simulation), so no backend here needs the all-reduce +
+slice fallback `plan_reshard(..., reduce_scatter=False)` describes.
 """
 
 from __future__ import annotations
@@ -11,49 +14,52 @@ from tilefoundry.errors import UnsupportedError
 from tilefoundry.exits.spmd.collectives import DeviceBody, Shard
 from tilefoundry.exits.spmd.mesh import EXIT
 from tilefoundry.ir.types import TensorType
-from tilefoundry.ir.types.shard import ShardLayout
+from tilefoundry.ir.types.shard import Mesh
 from tilefoundry.visitor_registry.reshard_plan import (
     AllGather,
     AllReduce,
     AllToAll,
+    ReduceScatter,
     Slice,
     Step,
     plan_reshard,
+    reshard_views,
 )
 
 
 def reshard(x: Shard, out_type: TensorType, body: DeviceBody, where: str) -> Shard:
     """`x` carried to `out_type` on every device by the steps of its plan. A Local value (no
-    global value to redistribute) and a value on another mesh than the body's are refused here,
-    before any step, because the plan knows neither the body nor per-device values."""
+    global value to redistribute) is refused here, before any step, because the plan knows no
+    per-device values. Between two views of the device set the steps run on the views' common
+    refinement (`reshard_views`), whose replica groups are the same device ids."""
     if x.per_device:
         raise UnsupportedError(
             f"{where}: cannot reshard a per-device (Local) value; it has no global value to "
             "redistribute"
         )
-    for type_ in (x.type, out_type):
-        layout = type_.layout
-        if isinstance(layout, ShardLayout) and layout.mesh != body.mesh:
-            raise UnsupportedError(
-                f"{where}: moves a value between meshes ({layout.mesh!r} and {body.mesh!r}); the "
-                "SPMD exit runs one program on one device mesh"
-            )
+    views = reshard_views(x.type, out_type, where, EXIT)
     steps = plan_reshard(x.type, out_type, where, engine=EXIT)
     # Retyping emits nothing; every step below keeps the target type on what it produces.
     value = body.take_blocks(x, {}, out_type)
     for step in steps:
-        value = _emit(step, value, out_type, body, where)
+        value = _emit(step, value, out_type, body, where, views.mesh)
     return value
 
 
-def _emit(step: Step, value: Shard, out_type: TensorType, body: DeviceBody, where: str) -> Shard:
-    """One step as StableHLO; an all-to-all splits the axis the mesh axis moves to and
-    concatenates the one it leaves."""
+def _emit(
+    step: Step, value: Shard, out_type: TensorType, body: DeviceBody, where: str, mesh: Mesh
+) -> Shard:
+    """One step as StableHLO on `mesh`; an all-to-all splits the axis the mesh axis moves to
+    and concatenates the one it leaves."""
     if isinstance(step, AllReduce):
-        return body.all_reduce(value, list(step.mesh_axes), step.reduction, out_type, where)
+        return body.all_reduce(value, list(step.mesh_axes), step.reduction, out_type, where, mesh)
+    if isinstance(step, ReduceScatter):
+        return body.reduce_scatter(
+            value, step.axis, list(step.mesh_axes), step.reduction, out_type, where, mesh
+        )
     if isinstance(step, AllToAll):
-        return body.all_to_all(value, step.dest, step.source, step.mesh_axis, out_type, where)
+        return body.all_to_all(value, step.dest, step.source, step.mesh_axis, out_type, where, mesh)
     if isinstance(step, AllGather):
-        return body.all_gather(value, step.axis, step.mesh_axes, out_type, where)
+        return body.all_gather(value, step.axis, step.mesh_axes, out_type, where, mesh)
     assert isinstance(step, Slice)
-    return body.take_blocks(value, dict(step.cuts), out_type)
+    return body.take_blocks(value, dict(step.cuts), out_type, mesh)

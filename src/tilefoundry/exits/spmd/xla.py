@@ -22,17 +22,24 @@ from tilefoundry.exits.spmd.mesh import EXIT, axis_names, device_id
 from tilefoundry.exits.spmd.module import SpmdModule, lower_spmd
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.types import TensorType, resolve_dim
-from tilefoundry.ir.types.shard import ShardLayout
+from tilefoundry.ir.types.shard.mesh import c_order_strides
 from tilefoundry.visitor_registry.shard_reading import canonical_splits
 
 _EXECUTABLES: dict[tuple, tuple[Function, SpmdModule, Any]] = {}
 
 
-def _block(type_: TensorType, shape: tuple[int, ...], coord: tuple[int, ...]) -> tuple:
-    """The global index of the block the device at `coord` holds."""
+def _block(type_: TensorType, shape: tuple[int, ...], device: int) -> tuple:
+    """The global index of the block device `device` holds (its coordinate on the value's own
+    mesh: every mesh of the program is a row-major view of the same device ids)."""
     splits = canonical_splits(type_, "run_xla", EXIT)
-    mesh = type_.layout.mesh if splits else None
     index = [slice(None)] * len(shape)
+    if not splits:
+        return tuple(index)
+    mesh = type_.layout.mesh
+    coord = [
+        (device // stride) % extent
+        for stride, extent in zip(c_order_strides(mesh.shape), mesh.shape, strict=True)
+    ]
     for axis, mesh_axes in splits.items():
         size = shape[axis] // prod(mesh.shape[m] for m in mesh_axes)
         block = 0
@@ -97,7 +104,7 @@ def run_spmd(
                 raise EvalError(
                     f"run_xla: an argument has dtype {array.dtype}, expected {expected}"
                 )
-            sharding = NamedSharding(jax_mesh, _partition_spec(type_, array.ndim))
+            sharding = NamedSharding(jax_mesh, _partition_spec(type_, array.ndim, module))
             inputs.append(jax.device_put(array, sharding))
         outputs = executable.execute_sharded(inputs).disassemble_into_single_device_arrays()
     coords = list(cartesian(*(range(e) for e in mesh.shape)))
@@ -108,17 +115,19 @@ def run_spmd(
         held = [by_device[placed_on[device_id(mesh, c)].id] for c in coords]
         result = np.empty(shape, dtype=held[0].dtype)
         for coord, block in zip(coords, held, strict=True):
-            result[_block(type_, shape, coord)] = block
+            result[_block(type_, shape, device_id(mesh, coord))] = block
         results.append(result)
     type_ = fn.body.type if fn.body is not None else fn.return_type
     return structure(results, type_)
 
 
-def _partition_spec(type_: TensorType, rank: int):
+def _partition_spec(type_: TensorType, rank: int, module: SpmdModule):
+    """The jax placement of a parameter, on the module mesh (the common refinement of the
+    program's meshes) whose shape and names the jax mesh has."""
     from jax.sharding import PartitionSpec
 
-    names = axis_names(type_.layout.mesh) if isinstance(type_.layout, ShardLayout) else ()
-    splits = canonical_splits(type_, "run_xla", EXIT)
+    names = axis_names(module.mesh)
+    splits = module.views.splits(type_, "run_xla", EXIT)
     return PartitionSpec(
         *(tuple(names[m] for m in splits[axis]) if axis in splits else None for axis in range(rank))
     )

@@ -82,7 +82,12 @@ def is_on_one_device(layout: object) -> bool:
     the single-device exit runs the program's unsharded meaning — each value its global value,
     as the mesh simulation gathers it (DESIGN §4.12) — and the CTA grid is a schedule it leaves
     to XLA. Per-CTA values (Local) have no global value and stay refused by their own rule."""
-    return isinstance(layout, ShardLayout) and all(t.name == "cta" for t in layout.mesh.topologies)
+    return isinstance(layout, ShardLayout) and mesh_is_on_one_device(layout.mesh)
+
+
+def mesh_is_on_one_device(mesh: object) -> bool:
+    """Whether every level of `mesh` is a CTA grid inside one device (see is_on_one_device)."""
+    return all(t.name == "cta" for t in mesh.topologies)
 
 
 def check_logical_layout(type_: TensorType, what: str) -> None:
