@@ -258,6 +258,38 @@ def test_the_layer_loop_all_reduces_twice_per_layer(name):
     assert in_text == ["all_reduce", "all_reduce"]
 
 
+def shown_collectives(name: str) -> list[tuple[str, ...]]:
+    """What `tilefoundry show` says each communicating Reshard of `name` does."""
+    from tilefoundry.inspect.shard_view import value_rows
+
+    return [row.collectives for row in value_rows(cases.program(name)) if row.collectives]
+
+
+def test_show_lists_the_two_all_reduces_of_the_tp_layer():
+    """`show` describes the plan the SPMD exit emits: one all-reduce per row projection."""
+    assert shown_collectives("llama_tp") == [("tp: all-reduce(sum)",)] * 2
+
+
+def test_show_lists_the_sequence_parallel_gathers():
+    assert [c for c in shown_collectives("llama_sp") if "all-gather" in c[0]] == [
+        ("tp: all-gather(dim 1)",)
+    ] * 2
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="Partial(sum) -> Split(seq) is planned as 'tp: all-reduce(sum), then slice (local)' "
+    "(issue 15 §4: one reduce_scatter)",
+)
+def test_show_lists_the_sequence_parallel_reduce_scatters():
+    completed = [c for c in shown_collectives("llama_sp") if "all-gather" not in c[0]]
+    assert len(completed) == 2
+    assert all(
+        len(c) == 1 and "reduce-scatter" in c[0] and "all-reduce" not in c[0] for c in completed
+    ), completed
+
+
 class PendingRefusal(Exception):
     """The command failed with exactly the refusal PENDING records (any other failure fails)."""
 
