@@ -8,9 +8,10 @@ from cli.conftest import EXAMPLES
 EXAMPLE_FILES = sorted(p.name for p in EXAMPLES.glob("*.py"))
 
 
-def test_the_examples_are_the_documented_six():
+def test_the_examples_are_the_documented_seven():
     assert EXAMPLE_FILES == [
         "dispatch_kernel.py",
+        "llama.py",
         "megatron_mlp.py",
         "mesh_2d.py",
         "mlp.py",
@@ -29,7 +30,27 @@ def test_help_teaches_with_examples(cli):
     assert "--inputs" in run_help.stdout and "tilefoundry run examples/mlp.py" in run_help.stdout
 
 
-@pytest.mark.parametrize("name", EXAMPLE_FILES)
+SIMULATOR_REFUSES = {
+    "llama.py": "the mesh simulator treats x + reshard(partial, Broadcast) (typed plain) as Local: "
+    "'MatMul: argument 0 is a per-device (Local) value, ...' (issue 15 §1)"
+}
+"""Examples the reference run still refuses, until the pending fix lands (then: XPASS, strict)."""
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            n,
+            marks=pytest.mark.xfail(
+                strict=True, raises=AssertionError, reason=SIMULATOR_REFUSES[n]
+            ),
+        )
+        if n in SIMULATOR_REFUSES
+        else n
+        for n in EXAMPLE_FILES
+    ],
+)
 def test_every_example_runs_and_agrees_with_the_oracle(cli, name):
     done = cli("run", f"examples/{name}")
     assert done.returncode == 0, done.stderr
