@@ -64,6 +64,8 @@ PENDING: dict[tuple[str, str], str] = {
     **{(v, s): _no_spmd_rule("Reshape") for v in cases.VARIANTS for s in ON_DEVICES},
     **{("llama_stack", s): NO_LOOPS_ON_MESHES for s in ON_DEVICES},
     ("cli", "run"): SIMULATOR_LOCAL,
+    ("cli", "emit"): "StableHLO exit: parameter 'wq' of llama_tp is sharded ((S(1),)); the "
+    "single-device exit takes unsharded programs (use the SPMD exit for meshes)",
 }
 """(variant, stage) -> the exact refusal it fails with today, until issue 15's fixes land."""
 
@@ -308,6 +310,22 @@ def test_tilefoundry_run_on_8_xla_devices_passes_its_oracle():
         raise PendingRefusal(done.stderr)
     assert done.returncode == 0, done.stderr
     assert "xla on 8 devices" in done.stdout and "agrees" in done.stdout
+
+
+@pytest.mark.xfail(strict=True, raises=PendingRefusal, reason=PENDING["cli", "emit"])
+def test_tilefoundry_emit_prints_the_spmd_module():
+    """Issue 15 §5: one emitter; a program on a device mesh gives its SPMD module."""
+    done = subprocess.run(
+        [*TILEFOUNDRY, "emit", str(cases.EXAMPLE)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    if done.returncode != 0 and PENDING["cli", "emit"] in done.stderr + done.stdout:
+        raise PendingRefusal(done.stderr)
+    assert done.returncode == 0, done.stderr
+    assert "mhlo.num_partitions = 8 : i32" in done.stdout
+    assert done.stdout.count('"stablehlo.all_reduce"') == 2
 
 
 # ---- wrong variants are refused at their line with the fix --------------------------------
