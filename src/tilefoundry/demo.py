@@ -4,8 +4,11 @@ A transformer block (examples/transformer_block.py) runs end to end on the refer
 is compiled (legalize, verify, fuse, verify) and the fused program is checked against the
 original; the CuTe layout algebra and the seed's sharded layout (shard-layout §7.5) get a few
 lines; a wrong sharding is refused at compile time; the Megatron MLP runs on 8 simulated devices;
-and where jax is installed the block runs on XLA (and the Megatron MLP on 8 XLA devices when the
-multi-device exit exists). Every number printed is computed here at run time.
+a tensor-parallel Llama decoder layer (examples/llama.py) runs on 8 simulated devices; and where jax
+is installed the block runs on XLA, and the Megatron MLP and the Llama layer on 8 XLA devices.
+Every number printed is computed here at run time, and a sharded result is compared with plain
+float64 numpy: `run_demo` returns False (the command exits 1) when one disagrees. A step the
+compiler still refuses is reported with its refusal, and claims nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 """The examples ship with the source tree, which the README's editable install runs from."""
 
 DEMO_DEVICES = 8
+AGREE = 1e-4
+"""Largest difference from numpy, relative to the result's magnitude, that counts as agreement
+(f32 against float64; the layers here stay well inside it)."""
 
 REFUSED_PROGRAM = """
 from tilefoundry import Tensor, func
@@ -154,11 +160,76 @@ def _megatron_reference(out: TextIO):
     return mlp, arrays, sharded
 
 
-def _xla(out: TextIO, block, block_arrays, block_result, mlp, mlp_arrays, mlp_result) -> None:
+def _llama_numpy(names: dict, arrays: list[np.ndarray]) -> np.ndarray:
+    """The layer in float64 numpy, from the model's definition (RMSNorm, rotate-half RoPE, causal
+    softmax attention over heads, SwiGLU), with the example's sizes and rotary tables."""
+    x, attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down = (
+        a.astype(np.float64) for a in arrays
+    )
+    batch, seq, hidden, heads = names["BATCH"], names["SEQ"], names["HIDDEN"], names["HEADS"]
+    half = hidden // heads // 2
+    cos, sin = (names[t][names["POSITIONS"]].astype(np.float64) for t in ("COS", "SIN"))
+
+    def norm(v, w):
+        return v / np.sqrt(np.mean(v * v, axis=-1, keepdims=True) + names["EPS"]) * w
+
+    def split(v):
+        return v.reshape(batch, seq, heads, 2 * half).transpose(0, 2, 1, 3)
+
+    def rope(v):
+        return v * cos + np.concatenate([-v[..., half:], v[..., :half]], axis=-1) * sin
+
+    h = norm(x, attn_norm)
+    q, k, v = rope(split(h @ wq)), rope(split(h @ wk)), split(h @ wv)
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(2 * half)
+    scores = np.where(np.triu(np.ones((seq, seq), bool), 1), -np.inf, scores)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    attended = (weights / weights.sum(axis=-1, keepdims=True)) @ v
+    x = x + attended.transpose(0, 2, 1, 3).reshape(batch, seq, hidden) @ wo
+    g = norm(x, mlp_norm)
+    return x + (g @ w_gate / (1 + np.exp(-(g @ w_gate))) * (g @ w_up)) @ w_down
+
+
+def _agrees(out: TextIO, label: str, got: np.ndarray, want: np.ndarray) -> bool:
+    error = _max_diff(got, want) / max(float(np.max(np.abs(want))), 1.0)
+    verdict = "agrees" if error <= AGREE else f"DISAGREES (more than {AGREE:g})"
+    out.write(
+        f"{label}: max |diff| vs float64 numpy = {error:.3g} of the output scale, {verdict}\n"
+    )
+    return error <= AGREE
+
+
+def _llama(out: TextIO):
+    """The TP layer, its inputs (projections scaled by 1/sqrt(fan-in)), its numpy answer, and
+    whether the simulation held up."""
+    _section(out, f"a Llama decoder layer, tensor parallel on {DEMO_DEVICES} simulated devices")
+    path = EXAMPLES / "llama.py"
+    names = parse_source(path.read_text(encoding="utf-8"), str(path))
+    layer = names["llama_tp"]
+    arrays = _inputs(layer, seed=2)
+    arrays[2:] = [
+        a if a.ndim == 1 else (a * (2 / np.sqrt(a.shape[0]))).astype(np.float32) for a in arrays[2:]
+    ]
+    want = _llama_numpy(names, arrays)
+    out.write(
+        "examples/llama.py llama_tp: RMSNorm, q/k/v column-split (one head per device), RoPE, "
+        "causal attention, o row-split; RMSNorm, SwiGLU gate/up column-split, down row-split; "
+        "one Reshard (all-reduce over tp) before each residual\n"
+    )
+    try:
+        got = evaluate(layer, *arrays)
+    except VerifyError as err:
+        out.write(f"not yet: the simulator refuses it ({err.message})\n")
+        return layer, arrays, want, True
+    return layer, arrays, want, _agrees(out, "simulated", got, want)
+
+
+def _xla(out: TextIO, block, block_arrays, block_result, mlp, mlp_arrays, mlp_result, llama):
+    """Runs the XLA steps; False when a result it prints disagrees with numpy."""
     _section(out, "XLA (through the StableHLO exit)")
     if importlib.util.find_spec("jax") is None:
         out.write("jax is not installed: XLA runs skipped (pip install -e '.[xla]' adds it)\n")
-        return
+        return True
     if "jax" not in sys.modules and "xla_force_host_platform_device_count" not in os.environ.get(
         "XLA_FLAGS", ""
     ):
@@ -175,22 +246,41 @@ def _xla(out: TextIO, block, block_arrays, block_result, mlp, mlp_arrays, mlp_re
     )
     try:
         sharded = run_xla(mlp, *mlp_arrays, devices=DEMO_DEVICES)
+        out.write(
+            f"Megatron MLP on {DEMO_DEVICES} XLA devices: max |diff| vs reference = "
+            f"{_max_diff(sharded, mlp_result):.3g}\n"
+        )
     except UnsupportedError as err:
         out.write(f"Megatron MLP on {DEMO_DEVICES} XLA devices: not available ({err.message})\n")
-        return
-    out.write(
-        f"Megatron MLP on {DEMO_DEVICES} XLA devices: max |diff| vs reference = "
-        f"{_max_diff(sharded, mlp_result):.3g}\n"
-    )
+    layer, layer_arrays, layer_want = llama
+    label = f"Llama TP layer on {DEMO_DEVICES} XLA devices"
+    try:
+        on_devices = run_xla(layer, *layer_arrays, devices=DEMO_DEVICES)
+    except UnsupportedError as err:
+        out.write(f"{label}: not yet, the SPMD exit refuses it ({err.message})\n")
+        return True
+    return _agrees(out, label, on_devices, layer_want)
 
 
-def run_demo(out: TextIO) -> None:
+def run_demo(out: TextIO) -> bool:
+    """The tour; True when every sharded result it prints agrees with numpy."""
     out.write("tilefoundry demo (embedded default: reference machinery, no server, no GPU)\n")
     if not EXAMPLES.is_dir():
         out.write(f"examples/ not found next to the package ({EXAMPLES}); showing layouts only\n")
         _sharding(out)
-        return
+        return True
     block, block_arrays, block_result = _transformer_block(out)
     _sharding(out)
     mlp, mlp_arrays, mlp_result = _megatron_reference(out)
-    _xla(out, block, block_arrays, block_result, mlp, mlp_arrays, mlp_result)
+    layer, layer_arrays, layer_want, simulated = _llama(out)
+    on_xla = _xla(
+        out,
+        block,
+        block_arrays,
+        block_result,
+        mlp,
+        mlp_arrays,
+        mlp_result,
+        (layer, layer_arrays, layer_want),
+    )
+    return simulated and on_xla

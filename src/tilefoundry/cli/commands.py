@@ -137,5 +137,4 @@ def report(args: argparse.Namespace) -> int:
 def demo(args: argparse.Namespace) -> int:
     from tilefoundry.demo import run_demo
 
-    run_demo(sys.stdout)
-    return 0
+    return 0 if run_demo(sys.stdout) else 1
