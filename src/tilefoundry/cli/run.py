@@ -124,6 +124,12 @@ def run(args: argparse.Namespace) -> int:
                 _timed("reference (fused)", timings, lambda: evaluate(fused, *arrays))
             )
             fused_note = str(report).splitlines()[0]
+    elif args.backend == "pallas":
+        from tilefoundry.exits.pallas import run_pallas
+
+        results = flat_outputs(
+            _timed("pallas: build + run", timings, lambda: run_pallas(fn, *arrays))
+        )
     else:
         from tilefoundry.exits.xla import run_xla
 

@@ -26,7 +26,7 @@ from tilefoundry.exits.pallas.namespace import KernelNamespace, KernelRef
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate
 from tilefoundry.ir.hir.op_support import mesh_axis_label
-from tilefoundry.ir.hir.walk import block_operands
+from tilefoundry.ir.hir.walk import all_operands, block_operands, iter_nodes
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
 from tilefoundry.visitor_registry import PALLAS, PALLAS_REF_READERS, PALLAS_SHARDED, SHARDED_EVAL
@@ -59,6 +59,7 @@ class KernelBody:
     def __init__(self, fn: Function, bindings: dict, mesh: Mesh | None, kx: KernelNamespace):
         self.fn, self.bindings, self.mesh, self.kx = fn, bindings, mesh, kx
         self._program_ids: tuple | None = None
+        self._free: dict[Expr, frozenset[Var]] = {}
 
     # -- CTA coordinates ---------------------------------------------------------------------
 
@@ -150,6 +151,34 @@ class KernelBody:
                 location=source_span(node),
             ) from None
 
+    def free_vars(self, root: Expr) -> frozenset[Var]:
+        """The Vars `root` reads that it does not bind itself (a loop binds its own)."""
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in self._free:
+                continue
+            children = all_operands(node)
+            if not expanded:
+                stack.append((node, True))
+                stack.extend((c, False) for c in children if c not in self._free)
+                continue
+            free = frozenset((node,)) if isinstance(node, Var) else frozenset()
+            free = free.union(*(self._free[c] for c in children))
+            if isinstance(node, GridRegionExpr):
+                free -= {node.induction_var, *node.carried_args}
+            self._free[node] = free
+        return self._free[root]
+
+    def _hoist(self, node: GridRegionExpr, frame: _Frame) -> None:
+        """Compute the loop body's invariant values before the loop (the kernel loads a tile
+        that does not change with the iteration once, not on every trip)."""
+        for inner in iter_nodes(Tuple((node.body, *node.yield_values))):
+            if not isinstance(inner, Call | GridRegionExpr):
+                continue
+            if all(frame.find(v)[0] for v in self.free_vars(inner)):
+                self.value(inner, frame)
+
     def _loop(self, node: GridRegionExpr, inits: tuple, frame: _Frame) -> Any:
         """`for i in range(start, extent, step)` as one `lax.fori_loop` over the trip count."""
         start, extent, step = (
@@ -161,6 +190,7 @@ class KernelBody:
             )
         if not node.carried_args:
             return ()
+        self._hoist(node, frame)
         jnp, kx = self.kx.jnp, self.kx
         carry0 = tuple(jnp.asarray(kx.load(v)) for v in inits)
         trips = len(range(start, extent, step))
