@@ -51,7 +51,7 @@ def _where(node: Expr) -> str:
 def find_grid(fn: Function) -> Mesh | None:
     """The one `cta` mesh the program's values live on (None: a single-CTA kernel)."""
     found: Mesh | None = None
-    sources = [(p, f"parameter '{p.name}'") for p in fn.params]
+    sources = [(p, f"Function {fn.name}: parameter '{p.name}'") for p in fn.params]
     sources += [(node, _where(node)) for node in iter_nodes(fn.body)]
     for node, where in sources:
         for mesh in _meshes(node.type):

@@ -224,27 +224,18 @@ class KernelBody:
         if not any(isinstance(t.layout, ShardLayout) for t in every):
             out = _plain(out_type, self._out_shapes(out_type))
             return self.local(op, args, arg_types, out)
-        _refuse_partials(op, arg_types, out_type)
+        refuse_partials(op, arg_types, out_type)
+        check_rules(op, on_mesh=True)
         pallas_call = PallasCall(self, op, args, arg_types, out_type, self._out_shapes(out_type))
         if PALLAS_SHARDED.has(type(op)):
             return PALLAS_SHARDED.lookup(type(op))(op, args, pallas_call)
-        if SHARDED_EVAL.has(type(op)):
-            raise UnsupportedError(
-                f"{type(op).__name__}: on a cta mesh this op is more than its kernel run on each "
-                f"CTA's block, and {EXIT} has no PALLAS_SHARDED rule for it; keep its operands "
-                "unsharded inside the kernel"
-            )
         return pallas_call.run_blocks()
 
     def local(self, op: Op, args: tuple, declared: Sequence[Type], out_type: Type) -> Any:
         """The op's PALLAS rule on this CTA's operands (`declared`: their IR types); `out_type`
         is the local plain type. The rule sees each operand's local plain type."""
         cls = type(op)
-        if not PALLAS.has(cls):
-            raise UnsupportedError(
-                f"{cls.__name__}: {EXIT} has no kernel rule for this op; run the program on the "
-                "reference evaluator or XLA, or write the kernel without it"
-            )
+        check_rules(op, on_mesh=False)
         if cls not in PALLAS_REF_READERS:
             args = tuple(_load(self.kx, a) for a in args)
         arg_types = tuple(_local_type(a, t) for a, t in zip(args, declared, strict=True))
@@ -324,7 +315,23 @@ class PallasCall:
         return self.body.take_blocks(value, cuts) if cuts else value
 
 
-def _refuse_partials(op: Op, arg_types: Sequence[Type], out_type: Type) -> None:
+def check_rules(op: Op, on_mesh: bool) -> None:
+    """The op has the rules this exit needs for it (fails closed, naming the op)."""
+    cls = type(op)
+    if not PALLAS.has(cls):
+        raise UnsupportedError(
+            f"{cls.__name__}: {EXIT} has no kernel rule for this op; run the program on the "
+            "reference evaluator or XLA, or write the kernel without it"
+        )
+    if on_mesh and SHARDED_EVAL.has(cls) and not PALLAS_SHARDED.has(cls):
+        raise UnsupportedError(
+            f"{cls.__name__}: on a cta mesh this op is more than its kernel run on each CTA's "
+            f"block, and {EXIT} has no PALLAS_SHARDED rule for it; keep its operands unsharded "
+            "inside the kernel"
+        )
+
+
+def refuse_partials(op: Op, arg_types: Sequence[Type], out_type: Type) -> None:
     """A Partial over CTAs: its addends live in different program instances."""
     labelled = [(f"operand {i}", t) for i, a in enumerate(arg_types) for t in fields(a)]
     labelled += [("its result", t) for t in fields(out_type)]

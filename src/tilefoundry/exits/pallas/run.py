@@ -20,6 +20,7 @@ from tilefoundry.evaluator.boundary import check_input
 from tilefoundry.exits.pallas.grid import EXIT, BlockMap, block_map, fields, find_grid
 from tilefoundry.exits.pallas.kernel import KernelBody
 from tilefoundry.exits.pallas.namespace import KernelNamespace, KernelRef
+from tilefoundry.exits.pallas.preflight import preflight
 from tilefoundry.ir.core import source_span
 from tilefoundry.ir.hir import Function, select_variant
 from tilefoundry.ir.hir.signature import bind_dim_vars
@@ -124,6 +125,7 @@ def lower_pallas(fn: Function, *arrays: Any, caller: str = "run_pallas") -> Pall
         fn = select_variant(fn, bindings={var.name: n for var, n in bindings.items()})
     TypeInferContext().infer(fn)
     mesh = find_grid(fn)
+    preflight(fn)
     inputs = []
     for param, array in zip(fn.params, checked, strict=True):
         where = f"Function {fn.name}: parameter '{param.name}'"

@@ -1,0 +1,49 @@
+"""Refuse up front what the kernel cannot hold (DESIGN §1: an exit never discovers mid-lowering
+that a well-typed op has no rule).
+
+Before anything is traced, every op call of the body (loop bodies and fusion regions included)
+must have a PALLAS rule, a call touching the cta mesh of an op with mesh semantics
+(SHARDED_EVAL) must have a PALLAS_SHARDED rule, and no call may produce a Partial over the CTAs.
+Each refusal is located at the call. What depends on the block plan (a reduction completing
+across CTAs, a gathering Reshard) is refused when the call is traced, at the same location.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from tilefoundry.errors import VerifyError
+from tilefoundry.exits.pallas.grid import fields
+from tilefoundry.exits.pallas.kernel import check_rules, refuse_partials
+from tilefoundry.ir.core import Call, Expr, Op, Tuple, source_span
+from tilefoundry.ir.hir import Function, FusionRegion
+from tilefoundry.ir.hir.walk import iter_nodes
+from tilefoundry.ir.types.shard import ShardLayout
+
+
+def _op_calls(root: Expr) -> Iterator[Call]:
+    pending, seen = [root], set()
+    while pending:
+        for node in iter_nodes(pending.pop()):
+            if not isinstance(node, Call) or node in seen:
+                continue
+            seen.add(node)
+            if isinstance(node.target, FusionRegion):
+                pending.append(Tuple(tuple(node.target.outputs)))
+            elif isinstance(node.target, Op):
+                yield node
+
+
+def preflight(fn: Function) -> None:
+    """Raise the first refusal of `fn`'s body, located at its call."""
+    for call in _op_calls(fn.body):
+        op, out_type = call.target, call.type
+        arg_types = tuple(a.type for a in call.args)
+        every = [t for a in arg_types for t in fields(a)] + list(fields(out_type))
+        on_mesh = any(isinstance(t.layout, ShardLayout) for t in every)
+        try:
+            check_rules(op, on_mesh)
+            if on_mesh:
+                refuse_partials(op, arg_types, out_type)
+        except VerifyError as err:
+            raise err.with_location(source_span(call)) from None
