@@ -15,23 +15,31 @@ from collections.abc import Iterator
 from tilefoundry.errors import VerifyError
 from tilefoundry.exits.pallas.grid import fields
 from tilefoundry.exits.pallas.kernel import check_rules, refuse_partials
-from tilefoundry.ir.core import Call, Expr, Op, Tuple, source_span
+from tilefoundry.ir.core import Call, Expr, Op, source_span
 from tilefoundry.ir.hir import Function, FusionRegion
-from tilefoundry.ir.hir.walk import iter_nodes
+from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.ir.types.shard import ShardLayout
 
 
 def _op_calls(root: Expr) -> Iterator[Call]:
-    pending, seen = [root], set()
-    while pending:
-        for node in iter_nodes(pending.pop()):
-            if not isinstance(node, Call) or node in seen:
-                continue
-            seen.add(node)
-            if isinstance(node.target, FusionRegion):
-                pending.append(Tuple(tuple(node.target.outputs)))
-            elif isinstance(node.target, Op):
+    """Every op call under `root`, producers before consumers (so the first refusal is where
+    the trouble starts), fusion region bodies included."""
+    done: set[Expr] = set()
+    stack: list[tuple[Expr, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if node in done:
+            continue
+        if expanded:
+            done.add(node)
+            if isinstance(node, Call) and isinstance(node.target, Op):
                 yield node
+            continue
+        stack.append((node, True))
+        children = list(all_operands(node))
+        if isinstance(node, Call) and isinstance(node.target, FusionRegion):
+            children += list(node.target.outputs)
+        stack.extend((c, False) for c in reversed(children) if c not in done)
 
 
 def preflight(fn: Function) -> None:
