@@ -23,7 +23,7 @@ from tilefoundry.exits.pallas.grid import find_grid
 from tilefoundry.ir.core import Var
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.types import TensorType, f32
-from tilefoundry.ir.types.shard import B, Layout, Mesh, ShardLayout, Topology, make_mesh
+from tilefoundry.ir.types.shard import B, Layout, Mesh, P, ShardLayout, Topology, make_mesh
 
 CTAS = make_mesh((2,), ("k",), topology="cta")
 WARPS = make_mesh((4,), ("w",), topology="warp")
@@ -36,6 +36,11 @@ WHOLE = ShardLayout(Layout((8, 4)), (B,), CTAS)
 def k_split_matmul(a: Tensor[(8, 16 @ CTAS.k), "f32"], b: Tensor[(16 @ CTAS.k, 4), "f32"]):
     partial = a @ b
     return tf.reshard(partial, layout=WHOLE, storage="gmem")
+
+
+@func
+def partial_parameter(x: Tensor[(8, 4, {CTAS.k @ P("sum")}), "f32"]):
+    return tf.reshard(x, layout=(8 @ CTAS.k, 4), storage="gmem")
 
 
 @func
@@ -100,6 +105,15 @@ def test_a_partial_across_ctas_is_refused_at_the_op_that_makes_it():
     assert err.message.startswith("MatMul: its result is Partial(sum) over the CTAs on ")
     assert "second pass or atomics" in err.message and "'k'" in err.message
     assert err.location is not None and err.location.line == _line_of("partial = a @ b")
+
+
+def test_a_partial_parameter_is_refused_at_the_parameter():
+    """A Partial gmem value has no BlockSpec: each CTA would hold one addend of it."""
+    with pytest.raises(UnsupportedError) as caught:
+        lower_pallas(partial_parameter, np.ones((8, 4), np.float32))
+    assert "parameter 'x': is Partial(sum) over the CTAs" in caught.value.message
+    assert "second pass or atomics" in caught.value.message
+    assert caught.value.location is not None
 
 
 def test_a_reduction_completing_across_ctas_is_refused():

@@ -125,12 +125,12 @@ def lower_pallas(fn: Function, *arrays: Any, caller: str = "run_pallas") -> Pall
         fn = select_variant(fn, bindings={var.name: n for var, n in bindings.items()})
     TypeInferContext().infer(fn)
     mesh = find_grid(fn)
-    preflight(fn)
     inputs = []
     for param, array in zip(fn.params, checked, strict=True):
         where = f"Function {fn.name}: parameter '{param.name}'"
         _refuse_wide(param.type.dtype, where, param)
         inputs.append(block_map(param.name, param.type, array.shape, mesh, where, param))
+    preflight(fn)  # after the parameters (a Partial one is refused there), before the results
     outputs = []
     for index, type_ in enumerate(fields(fn.body.type)):
         where = f"Function {fn.name}: result {index}"
