@@ -165,3 +165,19 @@ def test_resharding_a_replicated_value_to_a_split_takes_this_ctas_block():
     got = run_pallas(replicated_to_split, x, interpret=True)
     np.testing.assert_allclose(got, 1 / (1 + np.exp(-x.astype(np.float64))), rtol=RTOL)
     np.testing.assert_allclose(got, evaluate(replicated_to_split, x), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("n", [100, 600])
+def test_a_called_dispatch_base_is_inlined_as_its_variant(n):
+    """hir dispatch: a call of a dispatch base runs the variant whose range holds N; inside
+    a kernel the call is inlined (short rows: direct softmax; long rows: max-shifted)."""
+    module = importlib.util.spec_from_file_location(
+        "pallas_dispatch", EXAMPLES / "dispatch_kernel.py"
+    )
+    loaded = importlib.util.module_from_spec(module)
+    module.loader.exec_module(loaded)
+    entry = loaded.RowSoftmax.lookup("entry")
+    x = _normal(np.random.default_rng(n), 4, n)
+    e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    got = run_pallas(entry, x, interpret=True)
+    np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=RTOL, atol=ATOL)

@@ -24,12 +24,19 @@ from tilefoundry.errors import InternalCompilerError, UnsupportedError, VerifyEr
 from tilefoundry.exits.pallas.grid import EXIT, fields
 from tilefoundry.exits.pallas.namespace import KernelNamespace, KernelRef
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
-from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate
+from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
 from tilefoundry.ir.hir.op_support import mesh_axis_label
+from tilefoundry.ir.hir.signature import bind_dim_vars
 from tilefoundry.ir.hir.walk import all_operands, block_operands, iter_nodes
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
-from tilefoundry.visitor_registry import PALLAS, PALLAS_REF_READERS, PALLAS_SHARDED, SHARDED_EVAL
+from tilefoundry.visitor_registry import (
+    PALLAS,
+    PALLAS_REF_READERS,
+    PALLAS_SHARDED,
+    SHARDED_EVAL,
+    TypeInferContext,
+)
 from tilefoundry.visitor_registry.block_plan import ArgView, BlockPlan, Engine, Kind
 from tilefoundry.visitor_registry.shard_reading import canonical_splits, pending_partials
 
@@ -124,14 +131,31 @@ class KernelBody:
             results = tuple(self.value(output, inner) for output in region.outputs)
             return results[0] if len(results) == 1 else results
         if isinstance(node, Call) and isinstance(node.target, Function):
-            callee = elaborate(node.target, tuple(a.type for a in node.args))
-            return self.value(
-                callee.body, _Frame(None, dict(zip(callee.params, args, strict=True)))
-            )
+            return self._call_function(node, args)
         raise UnsupportedError(
             f"{type(node).__name__}: {EXIT} has no lowering for this node",
             location=source_span(node),
         )
+
+    def _call_function(self, node: Call, args: tuple) -> Any:
+        """A call of a `@func` is inlined: elaborated for the argument types, its DimVars bound
+        from the arguments' global shapes, a dispatch base resolved to its variant."""
+        arg_types = tuple(a.type for a in node.args)
+        callee = elaborate(node.target, arg_types)
+        shapes = [
+            tuple(d if isinstance(d, int) else resolve_dim(d, self.bindings) for d in t.shape)
+            for t in arg_types
+        ]
+        bindings = bind_dim_vars(callee.name, callee.params, shapes)
+        if callee.is_dispatch_base:
+            callee = select_variant(callee, bindings={v.name: n for v, n in bindings.items()})
+        TypeInferContext().infer(callee)
+        outer, self.bindings = self.bindings, bindings
+        try:
+            frame = _Frame(None, dict(zip(callee.params, args, strict=True)))
+            return self.value(callee.body, frame)
+        finally:
+            self.bindings = outer
 
     def _constant(self, node: Constant) -> Any:
         if isinstance(node.type.layout, ShardLayout):
