@@ -157,12 +157,23 @@ def default_interpret() -> bool:
     return jax.default_backend() != "gpu"
 
 
+_CALLS: dict[tuple, tuple] = {}
+"""(id(fn), argument shapes/dtypes, interpret) -> (fn, kernel, jitted call): a kernel is traced
+once per shape, as run_xla compiles once per shape (fn is held so its id stays its own)."""
+
+
 def run_pallas(fn: Function, *arrays: Any, interpret: bool | None = None) -> Any:
     """Run `fn` as one Pallas kernel on global arrays; numpy results like `evaluate`'s."""
-    kernel = lower_pallas(fn, *arrays)
+    kernel = lower_pallas(fn, *arrays)  # checks the inputs on every call, cached or not
     interpret = default_interpret() if interpret is None else interpret
     checked = [np.asarray(a) for a in arrays]
-    outputs = [np.asarray(o) for o in kernel.call(interpret)(*checked)]
+    key = (id(fn), tuple((a.shape, a.dtype.str) for a in checked), interpret)
+    if key not in _CALLS:
+        import jax
+
+        _CALLS[key] = (fn, kernel, jax.jit(kernel.call(interpret)))
+    _, kernel, call = _CALLS[key]
+    outputs = [np.asarray(o) for o in call(*checked)]
     return _structure(outputs, kernel.fn.body.type)
 
 
