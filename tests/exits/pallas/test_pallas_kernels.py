@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tilefoundry import Tensor, func
+from tilefoundry import Tensor, func, tile
 from tilefoundry.dsl import tf
 from tilefoundry.evaluator import evaluate
 from tilefoundry.exits.pallas import lower_pallas, run_pallas
@@ -108,6 +108,8 @@ def test_a_tile_loop_is_one_fori_loop_reading_windows_of_the_refs():
 CTA2 = make_mesh((2, 2), ("r", "c"), topology="cta")
 CTA4 = make_mesh((4,), ("x",), topology="cta")
 BY_ROWS = (16 @ CTA4.x, 4)
+CTA_ROWS = make_mesh((2,), ("r",), topology="cta")
+ROW_BLOCK = (8 @ CTA_ROWS.r, 4)
 
 
 @func
@@ -126,6 +128,24 @@ def rows_over_two_axes(x: Tensor[(16 @ (CTA2.r * CTA2.c), 4), "f32"]):
 def replicated_to_split(x: Tensor[(16, 4), "f32"]):
     split = tf.reshard(x, layout=BY_ROWS, storage="smem")
     return tf.reshard(tf.sigmoid(split), layout=BY_ROWS, storage="gmem")
+
+
+@func
+def windows_cut_inside_the_loop(x: Tensor[(8 @ CTA_ROWS.r, 16), "f32"], w: Tensor[(8, 16), "f32"]):
+    acc = tf.reshard(tf.zeros((8, 4), "f32"), layout=ROW_BLOCK, storage="rmem")
+    for j in tile(16, 4):
+        acc = acc + tf.reshard(x[:, j] * w[:, j], layout=ROW_BLOCK, storage="rmem")
+    return tf.reshard(acc, layout=ROW_BLOCK, storage="gmem")
+
+
+def test_a_replicated_window_is_cut_to_the_cta_block_inside_the_loop():
+    """DESIGN §4.12 inside a tile loop: `w[:, j]` is replicated, so the product with the split
+    `x[:, j]` reads only this CTA's rows of it, at the iteration's window."""
+    rng = np.random.default_rng(5)
+    x, w = _normal(rng, 8, 16), _normal(rng, 8, 16)
+    got = run_pallas(windows_cut_inside_the_loop, x, w, interpret=True)
+    want = (x.astype(np.float64) * w).reshape(8, 4, 4).sum(axis=1)
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
 
 def test_a_two_dimensional_grid_cuts_the_replicated_operand_per_cta(golden):

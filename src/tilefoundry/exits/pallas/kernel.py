@@ -71,9 +71,10 @@ class KernelBody:
     # -- CTA coordinates ---------------------------------------------------------------------
 
     def program_ids(self) -> tuple:
+        """`pl.program_id` per mesh axis, read once at the kernel's top level (`run`), so a
+        cut first needed inside a loop body uses values of the kernel's scope, not the loop's."""
         if self._program_ids is None:
-            rank = self.mesh.rank if self.mesh is not None else 0
-            self._program_ids = tuple(self.kx.pl.program_id(a) for a in range(rank))
+            raise InternalCompilerError(f"{EXIT}: program ids read before the kernel ran")
         return self._program_ids
 
     def block_index(self, mesh_axes: Sequence[int]) -> Any:
@@ -94,6 +95,8 @@ class KernelBody:
     # -- the walk ----------------------------------------------------------------------------
 
     def run(self, params: Sequence[Any]) -> Any:
+        rank = self.mesh.rank if self.mesh is not None else 0
+        self._program_ids = tuple(self.kx.pl.program_id(a) for a in range(rank))
         frame = _Frame(None, dict(zip(self.fn.params, params, strict=True)))
         return self.value(self.fn.body, frame)
 
