@@ -126,8 +126,15 @@ class BlockMap:
                 text = f"{text}*{mesh.shape[axis]}+{term}"
             index.append(text)
         dims = ", ".join(str(e) for e in self.shape)
-        block = ", ".join(str(e) for e in self.block)
-        return f"{self.name}: {self.dtype}[{dims}] block ({block}) index ({', '.join(index)})"
+        return (
+            f"{self.name}: {self.dtype}[{dims}] block {_tuple_text(self.block)} "
+            f"index {_tuple_text(index)}"
+        )
+
+
+def _tuple_text(items) -> str:
+    """Python's tuple spelling: `(8, 4)`, `(8,)`, `()`."""
+    return str(tuple(items)).replace("'", "")
 
 
 def _axis_name(mesh: Mesh, axis: int) -> str:

@@ -63,8 +63,17 @@ class _Frame:
 class KernelBody:
     """Traces a Function body for one CTA (call `run` inside the kernel function)."""
 
-    def __init__(self, fn: Function, bindings: dict, mesh: Mesh | None, kx: KernelNamespace):
+    def __init__(
+        self,
+        fn: Function,
+        bindings: dict,
+        mesh: Mesh | None,
+        kx: KernelNamespace,
+        constants: dict[Constant, Any] | None = None,
+    ):
+        """`constants`: the array constants the launch passes in as inputs (their Refs)."""
         self.fn, self.bindings, self.mesh, self.kx = fn, bindings, mesh, kx
+        self.constants = constants or {}
         self._program_ids: tuple | None = None
         self._free: dict[Expr, frozenset[Var]] = {}
 
@@ -167,6 +176,8 @@ class KernelBody:
                 "write a plain constant and reshard it",
                 location=source_span(node),
             )
+        if node in self.constants:
+            return self.constants[node]
         return self.kx.jnp.asarray(node.value, self.kx.dtype(node.type.dtype))
 
     def _static(self, dim: Any, what: str, node: Expr) -> int:

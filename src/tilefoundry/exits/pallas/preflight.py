@@ -12,18 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
+
 from tilefoundry.errors import VerifyError
 from tilefoundry.exits.pallas.grid import fields
 from tilefoundry.exits.pallas.kernel import check_rules, refuse_partials
-from tilefoundry.ir.core import Call, Expr, Op, source_span
+from tilefoundry.ir.core import Call, Constant, Expr, Op, source_span
 from tilefoundry.ir.hir import Function, FusionRegion
 from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.ir.types.shard import ShardLayout
 
 
-def _op_calls(root: Expr) -> Iterator[Call]:
-    """Every op call under `root`, producers before consumers (so the first refusal is where
-    the trouble starts), fusion region bodies included."""
+def body_nodes(root: Expr) -> Iterator[Expr]:
+    """Every node under `root`, producers before consumers (so the first refusal is where the
+    trouble starts), loop bodies and fusion region bodies included."""
     done: set[Expr] = set()
     stack: list[tuple[Expr, bool]] = [(root, False)]
     while stack:
@@ -32,8 +34,7 @@ def _op_calls(root: Expr) -> Iterator[Call]:
             continue
         if expanded:
             done.add(node)
-            if isinstance(node, Call) and isinstance(node.target, Op):
-                yield node
+            yield node
             continue
         stack.append((node, True))
         children = list(all_operands(node))
@@ -42,9 +43,21 @@ def _op_calls(root: Expr) -> Iterator[Call]:
         stack.extend((c, False) for c in reversed(children) if c not in done)
 
 
+def array_constants(fn: Function) -> tuple[Constant, ...]:
+    """The body's constants that are arrays, not scalars: a kernel may not capture arrays, so
+    each becomes one more (whole-array) input of the pallas_call."""
+    return tuple(
+        node
+        for node in body_nodes(fn.body)
+        if isinstance(node, Constant) and np.size(node.value) > 1
+    )
+
+
 def preflight(fn: Function) -> None:
     """Raise the first refusal of `fn`'s body, located at its call."""
-    for call in _op_calls(fn.body):
+    for call in body_nodes(fn.body):
+        if not (isinstance(call, Call) and isinstance(call.target, Op)):
+            continue
         op, out_type = call.target, call.type
         arg_types = tuple(a.type for a in call.args)
         every = [t for a in arg_types for t in fields(a)] + list(fields(out_type))

@@ -20,8 +20,8 @@ from tilefoundry.evaluator.boundary import check_input
 from tilefoundry.exits.pallas.grid import EXIT, BlockMap, block_map, fields, find_grid
 from tilefoundry.exits.pallas.kernel import KernelBody
 from tilefoundry.exits.pallas.namespace import KernelNamespace, KernelRef
-from tilefoundry.exits.pallas.preflight import preflight
-from tilefoundry.ir.core import source_span
+from tilefoundry.exits.pallas.preflight import array_constants, preflight
+from tilefoundry.ir.core import Constant, source_span
 from tilefoundry.ir.hir import Function, select_variant
 from tilefoundry.ir.hir.signature import bind_dim_vars
 from tilefoundry.ir.types import TupleType, resolve_dim
@@ -42,6 +42,8 @@ class PallasKernel:
     inputs: tuple[BlockMap, ...]
     outputs: tuple[BlockMap, ...]
     bindings: dict
+    constants: tuple[Constant, ...] = ()
+    """Array constants of the body, passed after the parameters as whole-array inputs."""
 
     def summary(self) -> str:
         """The grid and every BlockSpec, one line each (stable text, golden-tested)."""
@@ -53,7 +55,7 @@ class PallasKernel:
             )
             where = f"cta mesh [{axes}]"
         lines = [f"pallas_call @{self.fn.name}", f"  grid ({_dims(self.grid)}) over {where}"]
-        lines += [f"  in  {b.describe(mesh)}" for b in self.inputs]
+        lines += [f"  in  {b.describe(mesh)}" for b in (*self.inputs, *self._constant_maps())]
         lines += [f"  out {b.describe(mesh)}" for b in self.outputs]
         return "\n".join(lines) + "\n"
 
@@ -64,12 +66,16 @@ class PallasKernel:
 
         kx = KernelNamespace()
         mesh_shape = tuple(self.mesh.shape) if self.mesh is not None else ()
-        n_in = len(self.inputs)
+        n_in = len(self.inputs) + len(self.constants)
+        n_params = len(self.inputs)
         tupled = isinstance(self.fn.body.type, TupleType)
 
         def kernel(*refs):
-            body = KernelBody(self.fn, self.bindings, self.mesh, kx)
-            result = body.run([KernelRef(r) for r in refs[:n_in]])
+            constants = {
+                c: KernelRef(r) for c, r in zip(self.constants, refs[n_params:n_in], strict=True)
+            }
+            body = KernelBody(self.fn, self.bindings, self.mesh, kx, constants)
+            result = body.run([KernelRef(r) for r in refs[:n_params]])
             results = _flatten(result) if tupled else [result]
             for ref, value in zip(refs[n_in:], results, strict=True):
                 ref[...] = kx.load(value).astype(ref.dtype)
@@ -81,18 +87,34 @@ class PallasKernel:
         return pl.pallas_call(
             kernel,
             grid=self.grid,
-            in_specs=[spec(b) for b in self.inputs],
+            in_specs=[spec(b) for b in (*self.inputs, *self._constant_maps())],
             out_specs=[spec(b) for b in self.outputs],
             out_shape=out_shape,
             interpret=interpret,
             name=self.fn.name,
         )
 
+    def _constant_maps(self) -> tuple[BlockMap, ...]:
+        return tuple(
+            BlockMap(
+                f"constant {i}",
+                np.shape(c.value),
+                c.type.dtype,
+                np.shape(c.value),
+                ((),) * np.ndim(c.value),
+            )
+            for i, c in enumerate(self.constants)
+        )
+
+    def constant_arrays(self) -> list[np.ndarray]:
+        return [np.asarray(c.value, c.type.dtype.to_numpy()) for c in self.constants]
+
     def jaxpr(self) -> str:
         """The traced kernel launch (interpret-independent), for `emit --pallas`."""
         import jax
 
-        structs = [jax.ShapeDtypeStruct(b.shape, b.dtype.to_numpy()) for b in self.inputs]
+        maps = (*self.inputs, *self._constant_maps())
+        structs = [jax.ShapeDtypeStruct(b.shape, b.dtype.to_numpy()) for b in maps]
         return str(jax.make_jaxpr(self.call(interpret=True))(*structs))
 
 
@@ -125,6 +147,7 @@ def lower_pallas(fn: Function, *arrays: Any, caller: str = "run_pallas") -> Pall
         _refuse_wide(param.type.dtype, where, param)
         inputs.append(block_map(param.name, param.type, array.shape, mesh, where, param))
     preflight(fn)  # after the parameters (a Partial one is refused there), before the results
+    constants = array_constants(fn)
     outputs = []
     for index, type_ in enumerate(fields(fn.body.type)):
         where = f"Function {fn.name}: result {index}"
@@ -132,7 +155,7 @@ def lower_pallas(fn: Function, *arrays: Any, caller: str = "run_pallas") -> Pall
         shape = _concrete(type_.shape, bindings)
         outputs.append(block_map(str(index), type_, shape, mesh, where, fn.body))
     grid = tuple(mesh.shape) if mesh is not None else ()
-    return PallasKernel(fn, mesh, grid, tuple(inputs), tuple(outputs), bindings)
+    return PallasKernel(fn, mesh, grid, tuple(inputs), tuple(outputs), bindings, constants)
 
 
 def _checked_arguments(fn: Function, arrays: Sequence[Any], caller: str):
@@ -181,7 +204,7 @@ def run_pallas(fn: Function, *arrays: Any, interpret: bool | None = None) -> Any
 
         _CALLS[key] = (fn, kernel, jax.jit(kernel.call(interpret)))
     _, kernel, call = _CALLS[key]
-    outputs = [np.asarray(o) for o in call(*checked)]
+    outputs = [np.asarray(o) for o in call(*checked, *kernel.constant_arrays())]
     return _structure(outputs, kernel.fn.body.type)
 
 
