@@ -176,3 +176,13 @@ def test_a_windowed_plain_loop_still_runs():
     np.testing.assert_array_equal(
         run_pallas(plain, x, interpret=True), x.sum(axis=1, keepdims=True)
     )
+
+
+def test_compiling_without_a_gpu_is_refused_rather_than_failing_in_jax():
+    """interpret=False asks for Triton / Mosaic GPU; on a CPU-only jax that is a clear refusal."""
+    import jax
+
+    if jax.default_backend() == "gpu":
+        pytest.skip("a GPU is present: interpret=False compiles there")
+    with pytest.raises(UnsupportedError, match=r"needs a GPU.*default backend is 'cpu'"):
+        run_pallas(plain, np.ones((8, 4), np.float32), interpret=False)

@@ -197,6 +197,13 @@ def run_pallas(fn: Function, *arrays: Any, interpret: bool | None = None) -> Any
     """Run `fn` as one Pallas kernel on global arrays; numpy results like `evaluate`'s."""
     kernel = lower_pallas(fn, *arrays)  # checks the inputs on every call, cached or not
     interpret = default_interpret() if interpret is None else interpret
+    if not interpret and default_interpret():
+        import jax
+
+        raise UnsupportedError(
+            f"run_pallas: a compiled Pallas kernel needs a GPU (Triton / Mosaic GPU), but jax's "
+            f"default backend is {jax.default_backend()!r}; pass interpret=True (or None) here"
+        )
     checked = [np.asarray(a) for a in arrays]
     key = (id(fn), tuple((a.shape, a.dtype.str) for a in checked), interpret)
     if key not in _CALLS:
