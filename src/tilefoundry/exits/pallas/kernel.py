@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from math import prod
 from typing import Any
 
+import numpy as np
+
 from tilefoundry.errors import InternalCompilerError, UnsupportedError, VerifyError
 from tilefoundry.exits.pallas.grid import EXIT, fields
 from tilefoundry.exits.pallas.namespace import KernelNamespace, KernelRef
@@ -178,6 +180,13 @@ class KernelBody:
             )
         if node in self.constants:
             return self.constants[node]
+        if np.size(node.value) > 1:
+            raise UnsupportedError(
+                f"Constant: an array constant {node.type} in a called function; a kernel may "
+                f"not capture arrays and {EXIT} passes in only the top-level body's; pass it "
+                "as a parameter",
+                location=source_span(node),
+            )
         return self.kx.jnp.asarray(node.value, self.kx.dtype(node.type.dtype))
 
     def _static(self, dim: Any, what: str, node: Expr) -> int:
