@@ -47,6 +47,7 @@ PUBLIC_API = {
     "tilefoundry.passes": "legalize verify fuse compile",
     "tilefoundry.exits.stablehlo": "emit_stablehlo STABLEHLO_TARGET_VERSION",
     "tilefoundry.exits.xla": "run_xla",
+    "tilefoundry.exits.pallas": "run_pallas",
 }
 
 DSL_NAMES = (
@@ -69,7 +70,7 @@ def test_design_section_3_names_import(module_name):
 def test_the_core_imports_without_jax():
     code = (
         "import sys, tilefoundry, tilefoundry.evaluator, tilefoundry.passes, "
-        "tilefoundry.exits.stablehlo\n"
+        "tilefoundry.exits.stablehlo, tilefoundry.exits.pallas\n"
         "assert 'jax' not in sys.modules and 'jaxlib' not in sys.modules, 'jax was imported'"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -97,6 +97,10 @@ def emit(args: argparse.Namespace) -> int:
     from tilefoundry.exits.stablehlo import emit_stablehlo
 
     _, fn = entry_of(args)
+    if getattr(args, "pallas", False):
+        from tilefoundry.cli.emit_pallas import emit_pallas
+
+        return emit_pallas(args, fn)
     if args.portable and not args.output:
         raise VerifyError("emit --portable writes a binary artifact; give -o FILE")
     bindings = dict(args.dim) or None

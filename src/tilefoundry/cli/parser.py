@@ -100,12 +100,18 @@ def build_parser() -> argparse.ArgumentParser:
         "emit StableHLO (text, or the portable artifact) for a program",
         "examples:\n  tilefoundry emit examples/mlp.py\n"
         "  tilefoundry emit examples/mlp.py --portable -o mlp.vhlo\n"
-        "  tilefoundry emit examples/dispatch_kernel.py --dim N=100 -o n100.mlir",
+        "  tilefoundry emit examples/dispatch_kernel.py --dim N=100 -o n100.mlir\n"
+        "  tilefoundry emit examples/flash_attention.py --pallas   # grid, BlockSpecs, jaxpr",
     )
     _add_program(emit)
     emit.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
     emit.add_argument(
         "--portable", action="store_true", help="the versioned portable artifact (needs -o)"
+    )
+    emit.add_argument(
+        "--pallas",
+        action="store_true",
+        help="the Pallas kernel of a tile program instead: its grid, BlockSpecs and jaxpr",
     )
     emit.set_defaults(handler=commands.emit)
 
@@ -117,13 +123,15 @@ def build_parser() -> argparse.ArgumentParser:
         "  tilefoundry run examples/transformer_block.py --backend xla --seed 3\n"
         "  tilefoundry run examples/megatron_mlp.py --backend xla --devices 8\n"
         "  tilefoundry run examples/megatron_mlp.py --backend xla --devices 8 --processes 2\n"
+        "  tilefoundry run examples/flash_attention.py --backend pallas\n"
         "  tilefoundry run examples/mlp.py --inputs x.npy w1.npy b1.npy w2.npy b2.npy\n\n"
         "Inputs are drawn from the parameter types (seeded) unless --inputs gives .npy files.\n"
         "The reference backend runs the fused program and compares it with the unfused one;\n"
-        "the xla backend compares XLA's results with the reference evaluator.",
+        "the xla backend compares XLA's results with the reference evaluator; the pallas\n"
+        "backend runs a tile program as one Pallas kernel (interpret mode without a GPU).",
     )
     _add_program(runner)
-    runner.add_argument("--backend", choices=("reference", "xla"), default="reference")
+    runner.add_argument("--backend", choices=("reference", "xla", "pallas"), default="reference")
     runner.add_argument(
         "--devices", type=int, metavar="N", help="devices for a sharded program (its mesh size)"
     )

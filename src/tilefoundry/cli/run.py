@@ -128,6 +128,12 @@ def run(args: argparse.Namespace) -> int:
             fused_note = str(report).splitlines()[0]
     elif processes:
         results = run_on_processes(args, fn, arrays, devices, processes, bound, timings)
+    elif args.backend == "pallas":
+        from tilefoundry.exits.pallas import run_pallas
+
+        results = flat_outputs(
+            _timed("pallas: build + run", timings, lambda: run_pallas(fn, *arrays))
+        )
     else:
         from tilefoundry.exits.xla import run_xla
 

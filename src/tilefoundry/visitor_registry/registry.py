@@ -85,6 +85,23 @@ Local block), so a rule says on devices what the op's SHARDED_EVAL rule says on 
 Every op with a SHARDED_EVAL rule has one (tests/exits/spmd/test_spmd_coverage.py); most ops
 register neither."""
 
+PALLAS = Registry("pallas")
+"""The Pallas exit's per-CTA rule (DESIGN §2 exits/pallas): `rule(op, args, arg_types, out_type,
+kx) -> array | tuple`, the op's ordinary semantics written with `kx.jnp` / `kx.lax` on one CTA's
+LOCAL values (`arg_types`/`out_type` are the local plain types). `kx` carries jax's namespaces so
+that op modules never import jax (DESIGN §5). Rules registered with `reads_refs=True` may receive
+a kernel Ref (a gmem parameter's block) for an argument and read only the window they need
+(`kx.window`); every other rule receives loaded arrays."""
+
+PALLAS_REF_READERS: set[type] = set()
+"""The op classes whose PALLAS rule takes kernel Refs unloaded (the windowed reads)."""
+
+PALLAS_SHARDED = Registry("pallas sharded")
+"""The Pallas exit's counterpart of SHARDED_EVAL / SPMD_LOWERING, for the same few ops:
+`rule(op, args, call) -> value`, where `call` is the exit's `PallasCall` (run the default block
+plan on this CTA, reshard between CTA-local layouts, pass a tuple field through). An op with a
+SHARDED_EVAL rule and none of these fails closed at the Pallas exit when it touches the mesh."""
+
 FUSION = Registry("fusion kind")
 """`rule(op) -> FusionKind`: the op's role for the fusion pass (SFEP-0053 §3.5): elementwise, a
 view-like index map, a reduction or contraction root, or a barrier. Declared by each op module,
@@ -107,6 +124,8 @@ _BY_KIND = {
         STABLEHLO,
         SHARDED_EVAL,
         SPMD_LOWERING,
+        PALLAS,
+        PALLAS_SHARDED,
         FUSION,
         VALIDATION_SAMPLES,
     )
@@ -120,6 +139,14 @@ register_stablehlo = STABLEHLO.register
 register_sharded_eval = SHARDED_EVAL.register
 register_spmd_lowering = SPMD_LOWERING.register
 register_validation_samples = VALIDATION_SAMPLES.register
+register_pallas_sharded = PALLAS_SHARDED.register
+
+
+def register_pallas(cls: type, *, reads_refs: bool = False) -> Callable[[R], R]:
+    """Decorator: the PALLAS rule of exactly `cls`; `reads_refs` lets it receive kernel Refs."""
+    if reads_refs:
+        PALLAS_REF_READERS.add(cls)
+    return PALLAS.register(cls)
 
 
 def register_fusion_kind(cls: type, kind: Any) -> None:

@@ -32,6 +32,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -364,3 +365,34 @@ def _stablehlo(op: Binary, operands, arg_types, out_type, lw):
     else:
         result = lhs.binary(_STABLEHLO_OPS[kind], rhs)
     return result.convert(out_type.dtype).name
+
+
+_PALLAS_KERNELS = {
+    BinaryKind.ADD: "add",
+    BinaryKind.SUB: "subtract",
+    BinaryKind.MUL: "multiply",
+    BinaryKind.DIV: "true_divide",
+    BinaryKind.FLOOR_DIV: "floor_divide",
+    BinaryKind.MOD: "mod",
+    BinaryKind.MIN: "minimum",
+    BinaryKind.MAX: "maximum",
+    BinaryKind.EQ: "equal",
+    BinaryKind.NE: "not_equal",
+    BinaryKind.LT: "less",
+    BinaryKind.LE: "less_equal",
+    BinaryKind.GT: "greater",
+    BinaryKind.GE: "greater_equal",
+    BinaryKind.AND: "logical_and",
+    BinaryKind.OR: "logical_or",
+}
+
+
+@register_pallas(Binary)
+def _pallas(op: Binary, args, arg_types, out_type, kx):
+    """The reference kernel's numpy function, spelled in jnp (same name table)."""
+    lhs, rhs = args
+    if lhs.dtype != rhs.dtype and getattr(lhs, "ndim", 1) == 0:
+        lhs = lhs.astype(rhs.dtype)  # the reference kernel rounds a float literal first
+    elif lhs.dtype != rhs.dtype and getattr(rhs, "ndim", 1) == 0:
+        rhs = rhs.astype(lhs.dtype)
+    return kx.in_f32(getattr(kx.jnp, _PALLAS_KERNELS[op.kind]), out_type.dtype, lhs, rhs)

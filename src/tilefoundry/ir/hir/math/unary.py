@@ -27,6 +27,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -240,3 +241,32 @@ def _stablehlo(op: Unary, operands, arg_types, out_type, lw):
     if op.kind in _IDENTITY_ON_INTEGERS and not x.dtype.is_float:
         return x.name
     return _lower_kind(op.kind, x.widened()).convert(x.dtype).name
+
+
+def _pallas_kernel(kind: UnaryKind, jnp):
+    special = {
+        UnaryKind.RSQRT: lambda x: 1 / jnp.sqrt(x),
+        UnaryKind.RELU: lambda x: jnp.maximum(x, jnp.zeros((), x.dtype)),
+        UnaryKind.ROUND: jnp.rint,
+    }
+    names = {
+        UnaryKind.NEG: "negative",
+        UnaryKind.ABS: "abs",
+        UnaryKind.NOT: "logical_not",
+        UnaryKind.SQUARE: "square",
+        UnaryKind.EXP: "exp",
+        UnaryKind.LOG: "log",
+        UnaryKind.CEIL: "ceil",
+        UnaryKind.EXP2: "exp2",
+        UnaryKind.LOG2: "log2",
+    }
+    return special.get(kind) or getattr(jnp, names[kind])
+
+
+@register_pallas(Unary)
+def _pallas(op: Unary, args, arg_types, out_type, kx):
+    """The reference kernel in jnp: identity on integers for ceil/round, f32 for narrow floats."""
+    (x,) = args
+    if op.kind in _IDENTITY_ON_INTEGERS and kx.jnp.issubdtype(x.dtype, kx.jnp.integer):
+        return x
+    return kx.in_f32(_pallas_kernel(op.kind, kx.jnp), out_type.dtype, x)

@@ -29,6 +29,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -178,3 +179,28 @@ def _stablehlo(op, operands, arg_types, out_type, lw):
 
 for _cls in _SURFACE:
     register_stablehlo(_cls)(_stablehlo)
+
+
+def _pallas_kernels(jnp) -> dict:
+    """The reference kernels above, spelled in jnp (the same overflow-free logistic)."""
+
+    def sigmoid(x):
+        e = jnp.exp(-jnp.abs(x))
+        return jnp.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype)
+
+    return {
+        ReLU: lambda x: jnp.maximum(x, jnp.zeros((), x.dtype)),
+        Sigmoid: sigmoid,
+        Tanh: jnp.tanh,
+        Gelu: lambda x: 0.5 * x * (1.0 + jnp.tanh(_GELU_C * (x + 0.044715 * x**3))),
+        Silu: lambda x: x * sigmoid(x),
+    }
+
+
+def _pallas(op, args, arg_types, out_type, kx):
+    (x,) = args
+    return kx.in_f32(_pallas_kernels(kx.jnp)[type(op)], out_type.dtype, x)
+
+
+for _cls in _SURFACE:
+    register_pallas(_cls)(_pallas)

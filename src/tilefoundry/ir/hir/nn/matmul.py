@@ -46,6 +46,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -211,3 +212,15 @@ def _stablehlo(op, operands, arg_types, out_type, lw):
         rhs = rhs.broadcast_to((*batch, *rhs.shape[-2:]))
         result = _dot(lhs, rhs, len(batch), (len(batch) + 1, len(batch)), shape)
     return result.convert(out_type.dtype).name
+
+
+@register_pallas(MatMul)
+def _pallas(op, args, arg_types, out_type, kx):
+    """torch.matmul in jnp, accumulated in f32 (the reference kernel's `compute_in_f32`)."""
+    lhs, rhs = args
+    jnp = kx.jnp
+
+    def product(a, b):
+        return jnp.matmul(a, b, preferred_element_type=jnp.float32 if a.dtype.kind == "f" else None)
+
+    return kx.in_f32(product, out_type.dtype, lhs, rhs)

@@ -41,6 +41,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -193,3 +194,27 @@ def _stablehlo(op, operands, arg_types, out_type, lw):
 
 for _cls in _LOWERINGS:
     register_stablehlo(_cls)(_stablehlo)
+
+
+def _pallas_kernel(op, jnp):
+    """The reference kernels above, spelled in jnp (same mean, same order of operations)."""
+
+    def mean_last(values):
+        return jnp.sum(values, axis=-1, keepdims=True) / max(values.shape[-1], 1)
+
+    if isinstance(op, LayerNorm):
+
+        def layer_norm(x, weight, bias):
+            centred = x - mean_last(x)
+            return centred / jnp.sqrt(mean_last(centred * centred) + op.eps) * weight + bias
+
+        return layer_norm
+    return lambda x, weight: x / jnp.sqrt(mean_last(x * x) + op.eps) * weight
+
+
+def _pallas(op, args, arg_types, out_type, kx):
+    return kx.in_f32(_pallas_kernel(op, kx.jnp), out_type.dtype, *args)
+
+
+for _cls in _KERNELS:
+    register_pallas(_cls)(_pallas)

@@ -57,6 +57,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
     register_sharded_eval,
     register_spmd_lowering,
     register_stablehlo,
@@ -277,3 +278,24 @@ def _stablehlo(op, operands, arg_types, out_type, lw):
     )
     cos, sin = (gather(cache, pos, 0).widened() for cache in (cos_cache, sin_cache))
     return tuple(_rotate_value(x.widened(), cos, sin).convert(x.dtype).name for x in (q, k))
+
+
+@register_pallas(RoPE)
+def _pallas(op, args, arg_types, out_type, kx):
+    """The reference kernel in jnp: cos/sin rows at pos_ids, rotate-half, each branch in f32.
+    An out-of-range position cannot be reported from inside a kernel (the evaluator raises);
+    jnp's gather clamps it."""
+    q, k, cos_cache, sin_cache, pos_ids = args
+    jnp = kx.jnp
+    cos, sin = jnp.take(cos_cache, pos_ids, axis=0), jnp.take(sin_cache, pos_ids, axis=0)
+
+    def rotate(x, c, s):
+        half = x.shape[-1] // 2
+        rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+        return x * c + rotated * s
+
+    q_type, k_type = out_type.fields
+    return (
+        kx.in_f32(rotate, q_type.dtype, q, cos, sin),
+        kx.in_f32(rotate, k_type.dtype, k, cos, sin),
+    )

@@ -29,6 +29,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -110,3 +111,17 @@ def _stablehlo(op, operands, arg_types, out_type, lw):
     wide = x.widened()
     e = (wide - wide.reduce_keep(axis, "maximum", -np.inf)).unary("exponential")
     return (e / e.reduce_keep(axis, "add", 0.0)).convert(x.dtype).name
+
+
+@register_pallas(SoftMax)
+def _pallas(op, args, arg_types, out_type, kx):
+    """The reference kernel in jnp: shift by the row max, exponentiate, normalise."""
+    (x,) = args
+    jnp = kx.jnp
+    axis = normalize_axis(op, op.axis, x.ndim)
+
+    def kernel(a):
+        e = jnp.exp(a - jnp.max(a, axis=axis, keepdims=True, initial=-jnp.inf))
+        return e / jnp.sum(e, axis=axis, keepdims=True)
+
+    return kx.in_f32(kernel, out_type.dtype, x)

@@ -49,6 +49,8 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
+    register_pallas_sharded,
     register_sharded_eval,
     register_spmd_lowering,
     register_stablehlo,
@@ -267,3 +269,18 @@ def _stablehlo(op: Reshard, operands, arg_types, out_type, lw):
                 "StableHLO exit has no collectives (use the SPMD exit for meshes)"
             )
     return operands[0]
+
+
+@register_pallas(Reshard)
+def _pallas(op: Reshard, args, arg_types, out_type, kx):
+    """Off the mesh a Reshard changes only storage: smem/rmem are where the kernel keeps the
+    value (the compiler places it), so the value is the result."""
+    (x,) = args
+    return x
+
+
+@register_pallas_sharded(Reshard)
+def _pallas_sharded(op: Reshard, args, call):
+    """Within a CTA: keep the block, or take this CTA's block of a replicated value; gathering
+    across CTAs is refused by the exit."""
+    return call.reshard(args[0])

@@ -27,6 +27,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -99,3 +100,10 @@ def _validation_samples() -> list[Sample]:
 def _stablehlo(op: BroadcastTo, operands, arg_types, out_type, lw):
     x = Value.of(lw, operands[0], arg_types[0])
     return x.broadcast_to(lw.shape(out_type)).name
+
+
+@register_pallas(BroadcastTo)
+def _pallas(op: BroadcastTo, args, arg_types, out_type, kx):
+    """To the LOCAL result shape: inside a CTA the target is its block, not `op.shape`."""
+    (x,) = args
+    return kx.jnp.broadcast_to(x, out_type.shape)

@@ -35,6 +35,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -104,3 +105,9 @@ def _stablehlo(op: Cast, operands, arg_types, out_type, lw):
     """`stablehlo.convert`: to bool is `!= 0`, float to integer truncates toward zero, as numpy
     does for in-range values (NaN and out-of-range floats are unspecified in both)."""
     return lw.convert(operands[0], arg_types[0], out_type)
+
+
+@register_pallas(Cast)
+def _pallas(op: Cast, args, arg_types, out_type, kx):
+    (x,) = args
+    return x.astype(kx.dtype(op.dtype))

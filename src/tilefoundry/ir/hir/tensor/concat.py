@@ -42,6 +42,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
     register_sharded_eval,
     register_spmd_lowering,
     register_stablehlo,
@@ -308,3 +309,15 @@ def _stack_stablehlo(op: Stack, operands, arg_types, out_type, lw):
     axis = normalize_axis(op, op.axis, values[0].rank + 1)
     grown = [v.reshape((*v.shape[:axis], 1, *v.shape[axis:])) for v in values]
     return concatenate(grown, axis).name
+
+
+@register_pallas(Concat)
+def _concat_pallas(op: Concat, args, arg_types, out_type, kx):
+    (values,) = args
+    return kx.jnp.concatenate(tuple(values), axis=op.axis)
+
+
+@register_pallas(Stack)
+def _stack_pallas(op: Stack, args, arg_types, out_type, kx):
+    (values,) = args
+    return kx.jnp.stack(tuple(values), axis=op.axis)

@@ -49,6 +49,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -235,3 +236,13 @@ def _stablehlo(op: DynamicSlice, operands, arg_types, out_type, lw):
     starts = [position if i == axis else zero for i in range(x.rank)]
     sizes = [op.size if i == axis else e for i, e in enumerate(x.shape)]
     return x.dynamic_slice(starts, sizes).name
+
+
+@register_pallas(DynamicSlice, reads_refs=True)
+def _pallas(op: DynamicSlice, args, arg_types, out_type, kx):
+    """A tile read: from a gmem parameter's Ref only the window is loaded (`pl.ds`); the start
+    is clamped into range exactly as the reference kernel and StableHLO clamp it."""
+    x, start = args
+    axis = op.axis % arg_types[0].rank
+    position = kx.scalar_start(start, op.scale, op.offset)
+    return kx.window(x, axis, position, op.size)

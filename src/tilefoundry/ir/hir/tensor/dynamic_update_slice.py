@@ -37,6 +37,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -156,3 +157,14 @@ def _stablehlo(op: DynamicUpdateSlice, operands, arg_types, out_type, lw):
     return x.dynamic_update_slice(
         update, [position if i == axis else zero for i in range(x.rank)]
     ).name
+
+
+@register_pallas(DynamicUpdateSlice)
+def _pallas(op: DynamicUpdateSlice, args, arg_types, out_type, kx):
+    """A tile write into a kernel value, the start clamped as the reference kernel clamps it."""
+    x, update, start = args
+    axis = op.axis % x.ndim
+    size = update.shape[axis]
+    position = kx.scalar_start(start, op.scale, op.offset)
+    position = kx.lax.clamp(0, position, x.shape[axis] - size)
+    return kx.lax.dynamic_update_slice_in_dim(x, update.astype(x.dtype), position, axis)

@@ -46,6 +46,8 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
+    register_pallas_sharded,
     register_sharded_eval,
     register_spmd_lowering,
     register_stablehlo,
@@ -352,3 +354,33 @@ def _stablehlo(op: Reduce, operands, arg_types, out_type, lw):
     if op.kind is ReduceKind.MEAN:
         result = result / float(math.prod(x.shape[a] for a in axes))
     return result.convert(dtype).reshape(shape).name
+
+
+@register_pallas(Reduce)
+def _pallas(op: Reduce, args, arg_types, out_type, kx):
+    """The reference kernel in jnp: narrow floats accumulate in f32, integer sums stay in their
+    dtype, an empty reduction gives the kind's identity."""
+    (x,) = args
+    jnp = kx.jnp
+    axes = tuple(sorted(a % x.ndim for a in op.axes)) if x.ndim else ()
+    if any(x.shape[a] == 0 for a in axes):
+        identity = reduce_identity(op.kind, out_type.dtype)
+        return jnp.full(out_type.shape, identity, kx.dtype(out_type.dtype))
+    integer = jnp.issubdtype(x.dtype, jnp.integer)
+
+    def run(a):
+        if op.kind is ReduceKind.SUM:
+            return jnp.sum(a, axis=axes, keepdims=op.keepdim, dtype=a.dtype if integer else None)
+        if op.kind is ReduceKind.MEAN:
+            return jnp.mean(a, axis=axes, keepdims=op.keepdim)
+        if op.kind is ReduceKind.MAX:
+            return jnp.max(a, axis=axes, keepdims=op.keepdim)
+        return jnp.max(jnp.abs(a), axis=axes, keepdims=op.keepdim)
+
+    return kx.in_f32(run, out_type.dtype, x)
+
+
+@register_pallas_sharded(Reduce)
+def _pallas_sharded(op: Reduce, args, call):
+    """Each CTA reduces its own block; a reduction across CTAs is refused by the exit."""
+    return call.run_blocks()

@@ -34,6 +34,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
     register_sharded_eval,
     register_spmd_lowering,
     register_stablehlo,
@@ -397,3 +398,10 @@ def _validation_samples() -> list[Sample]:
 def _stablehlo(op: Reshape, operands, arg_types, out_type, lw):
     """Row-major relinearisation is exactly `stablehlo.reshape` on the logical shape."""
     return lw.reshape(operands[0], arg_types[0], out_type)
+
+
+@register_pallas(Reshape)
+def _pallas(op: Reshape, args, arg_types, out_type, kx):
+    """Unsharded only (a sharded Reshape has SHARDED_EVAL semantics the exit refuses)."""
+    (x,) = args
+    return kx.jnp.reshape(x, out_type.shape)

@@ -39,6 +39,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -239,3 +240,14 @@ def _stablehlo(op: Slice, operands, arg_types, out_type, lw):
     limits = [w.start + w.step * (w.extent - 1) + 1 if w.extent else w.start for w in wins]
     window = x.slice(starts, limits, [w.step for w in wins])
     return window.reshape(lw.shape(out_type)).name
+
+
+@register_pallas(Slice)
+def _pallas(op: Slice, args, arg_types, out_type, kx):
+    """The reference kernel's static window, on a jnp value."""
+    (x,) = args
+    steps = op.strides if op.strides is not None else (None,) * len(op.begin)
+    index = tuple(slice(b, e, s) for b, e, s in zip(op.begin, op.end, steps, strict=True))
+    window = x[index]
+    axes = tuple(a % x.ndim for a in op.squeeze_axes)
+    return kx.jnp.squeeze(window, axis=axes) if axes else window

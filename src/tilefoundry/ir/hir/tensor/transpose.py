@@ -23,6 +23,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -104,3 +105,9 @@ def _validation_samples() -> list[Sample]:
 def _stablehlo(op: Transpose, operands, arg_types, out_type, lw):
     perm = resolved_perm(op, arg_types[0].rank)
     return lw.transpose(operands[0], perm, arg_types[0], out_type)
+
+
+@register_pallas(Transpose)
+def _pallas(op: Transpose, args, arg_types, out_type, kx):
+    (x,) = args
+    return kx.jnp.transpose(x, resolved_perm(op, x.ndim))

@@ -17,6 +17,8 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
+    register_pallas_sharded,
     register_sharded_eval,
     register_spmd_lowering,
     register_stablehlo,
@@ -95,4 +97,17 @@ def _validation_samples() -> list[Sample]:
 def _stablehlo(op: TupleGetItem, operands, arg_types, out_type, lw):
     """A projection emits nothing: the tuple's fields are already separate SSA values."""
     (value,) = operands
+    return value[field_index(op, len(value))]
+
+
+@register_pallas(TupleGetItem)
+def _pallas(op: TupleGetItem, args, arg_types, out_type, kx):
+    (value,) = args
+    return value[field_index(op, len(value))]
+
+
+@register_pallas_sharded(TupleGetItem)
+def _pallas_sharded(op: TupleGetItem, args, call):
+    """Projection moves no data: each field is already this CTA's value."""
+    (value,) = args
     return value[field_index(op, len(value))]

@@ -28,6 +28,7 @@ from tilefoundry.visitor_registry import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -103,3 +104,9 @@ def _stablehlo(op: Where, operands, arg_types, out_type, lw):
         Value.of(lw, n, t).broadcast_to(shape) for n, t in zip(operands, arg_types, strict=True)
     )
     return cond.select(x, y).name
+
+
+@register_pallas(Where)
+def _pallas(op: Where, args, arg_types, out_type, kx):
+    cond, x, y = args
+    return kx.jnp.where(cond, x, y).astype(kx.dtype(out_type.dtype))

@@ -18,6 +18,7 @@ from tilefoundry.visitor_registry import (
     register_eval,
     register_fusion_kind,
     register_not_sampled,
+    register_pallas,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -82,3 +83,8 @@ register_not_sampled(Zeros, "it has no operand, so there is no input state to va
 @register_stablehlo(Zeros)
 def _stablehlo(op: Zeros, operands, arg_types, out_type, lw):
     return lw.constant(0, out_type.dtype, lw.shape(out_type))
+
+
+@register_pallas(Zeros)
+def _pallas(op: Zeros, args, arg_types, out_type, kx):
+    return kx.jnp.zeros(out_type.shape, kx.dtype(out_type.dtype))

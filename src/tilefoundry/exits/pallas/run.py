@@ -1,0 +1,226 @@
+"""Build and run the one `pallas_call` of a tile program (DESIGN §3 `run_pallas`).
+
+`run_pallas(fn, *arrays, interpret=None)` checks the arguments exactly as `evaluate` does (count,
+dtype, DimVar binding), builds the kernel for those shapes, runs it (interpret mode on CPU; the
+compiled Triton / Mosaic kernel where jax's default backend is a GPU) and returns numpy arrays
+shaped like the function's return (a tuple return gives a tuple). `kernel_summary` is what
+`tilefoundry emit --pallas` prints: the grid and BlockSpecs (golden-tested), then the jaxpr.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tilefoundry.errors import EvalError, UnsupportedError
+from tilefoundry.evaluator.boundary import check_input
+from tilefoundry.exits.pallas.grid import EXIT, BlockMap, block_map, fields, find_grid
+from tilefoundry.exits.pallas.kernel import KernelBody
+from tilefoundry.exits.pallas.namespace import KernelNamespace, KernelRef
+from tilefoundry.exits.pallas.preflight import array_constants, preflight
+from tilefoundry.ir.core import Constant, source_span
+from tilefoundry.ir.hir import Function, select_variant
+from tilefoundry.ir.hir.signature import bind_dim_vars
+from tilefoundry.ir.types import TupleType, resolve_dim
+from tilefoundry.ir.types.shard import Mesh
+from tilefoundry.visitor_registry import TypeInferContext
+
+_WIDE = ("f64", "i64", "u64")
+"""Pallas kernels compute with jax's default 32-bit types; a 64-bit gmem value would be narrowed."""
+
+
+@dataclass(frozen=True)
+class PallasKernel:
+    """The launch of one tile program for concrete argument shapes."""
+
+    fn: Function
+    mesh: Mesh | None
+    grid: tuple[int, ...]
+    inputs: tuple[BlockMap, ...]
+    outputs: tuple[BlockMap, ...]
+    bindings: dict
+    constants: tuple[Constant, ...] = ()
+    """Array constants of the body, passed after the parameters as whole-array inputs."""
+
+    def summary(self) -> str:
+        """The grid and every BlockSpec, one line each (stable text, golden-tested)."""
+        mesh = self.mesh
+        where = "one program (no cta mesh)"
+        if mesh is not None:
+            axes = ", ".join(
+                f"{mesh.names[a] if mesh.names else a}={e}" for a, e in enumerate(mesh.shape)
+            )
+            where = f"cta mesh [{axes}]"
+        lines = [f"pallas_call @{self.fn.name}", f"  grid ({_dims(self.grid)}) over {where}"]
+        lines += [f"  in  {b.describe(mesh)}" for b in (*self.inputs, *self._constant_maps())]
+        lines += [f"  out {b.describe(mesh)}" for b in self.outputs]
+        return "\n".join(lines) + "\n"
+
+    def call(self, interpret: bool):
+        """The `pallas_call` (a jax-traceable function of the global arrays)."""
+        import jax
+        from jax.experimental import pallas as pl
+
+        kx = KernelNamespace()
+        mesh_shape = tuple(self.mesh.shape) if self.mesh is not None else ()
+        n_in = len(self.inputs) + len(self.constants)
+        n_params = len(self.inputs)
+        tupled = isinstance(self.fn.body.type, TupleType)
+
+        def kernel(*refs):
+            constants = {
+                c: KernelRef(r) for c, r in zip(self.constants, refs[n_params:n_in], strict=True)
+            }
+            body = KernelBody(self.fn, self.bindings, self.mesh, kx, constants)
+            result = body.run([KernelRef(r) for r in refs[:n_params]])
+            results = _flatten(result) if tupled else [result]
+            for ref, value in zip(refs[n_in:], results, strict=True):
+                ref[...] = kx.load(value).astype(ref.dtype)
+
+        def spec(b: BlockMap):
+            return pl.BlockSpec(b.block, b.index_map(mesh_shape))
+
+        out_shape = [jax.ShapeDtypeStruct(b.shape, b.dtype.to_numpy()) for b in self.outputs]
+        return pl.pallas_call(
+            kernel,
+            grid=self.grid,
+            in_specs=[spec(b) for b in (*self.inputs, *self._constant_maps())],
+            out_specs=[spec(b) for b in self.outputs],
+            out_shape=out_shape,
+            interpret=interpret,
+            name=self.fn.name,
+        )
+
+    def _constant_maps(self) -> tuple[BlockMap, ...]:
+        return tuple(
+            BlockMap(
+                f"constant {i}",
+                np.shape(c.value),
+                c.type.dtype,
+                np.shape(c.value),
+                ((),) * np.ndim(c.value),
+            )
+            for i, c in enumerate(self.constants)
+        )
+
+    def constant_arrays(self) -> list[np.ndarray]:
+        return [np.asarray(c.value, c.type.dtype.to_numpy()) for c in self.constants]
+
+    def jaxpr(self) -> str:
+        """The traced kernel launch (interpret-independent), for `emit --pallas`."""
+        import jax
+
+        maps = (*self.inputs, *self._constant_maps())
+        structs = [jax.ShapeDtypeStruct(b.shape, b.dtype.to_numpy()) for b in maps]
+        return str(jax.make_jaxpr(self.call(interpret=True))(*structs))
+
+
+def _dims(shape: Sequence[int]) -> str:
+    return ", ".join(str(e) for e in shape) + ("," if len(shape) == 1 else "")
+
+
+def _flatten(value: Any) -> list:
+    if isinstance(value, tuple):
+        return [leaf for item in value for leaf in _flatten(item)]
+    return [value]
+
+
+def _concrete(shape, bindings) -> tuple[int, ...]:
+    return tuple(d if isinstance(d, int) else resolve_dim(d, bindings) for d in shape)
+
+
+def lower_pallas(fn: Function, *arrays: Any, caller: str = "run_pallas") -> PallasKernel:
+    """The kernel of `fn` for these arguments (checked as `evaluate` checks them)."""
+    if not isinstance(fn, Function):
+        raise EvalError(f"{caller}: expected a hir Function, got {type(fn).__name__}")
+    checked, bindings = _checked_arguments(fn, arrays, caller)
+    if fn.is_dispatch_base:
+        fn = select_variant(fn, bindings={var.name: n for var, n in bindings.items()})
+    TypeInferContext().infer(fn)
+    mesh = find_grid(fn)
+    inputs = []
+    for param, array in zip(fn.params, checked, strict=True):
+        where = f"Function {fn.name}: parameter '{param.name}'"
+        _refuse_wide(param.type.dtype, where, param)
+        inputs.append(block_map(param.name, param.type, array.shape, mesh, where, param))
+    preflight(fn)  # after the parameters (a Partial one is refused there), before the results
+    constants = array_constants(fn)
+    outputs = []
+    for index, type_ in enumerate(fields(fn.body.type)):
+        where = f"Function {fn.name}: result {index}"
+        _refuse_wide(type_.dtype, where, fn.body)
+        shape = _concrete(type_.shape, bindings)
+        outputs.append(block_map(str(index), type_, shape, mesh, where, fn.body))
+    grid = tuple(mesh.shape) if mesh is not None else ()
+    return PallasKernel(fn, mesh, grid, tuple(inputs), tuple(outputs), bindings, constants)
+
+
+def _checked_arguments(fn: Function, arrays: Sequence[Any], caller: str):
+    """The arguments checked exactly as `evaluate` checks them (count, dtype, then DimVars by
+    `bind_dim_vars`), and the bindings. This is the evaluator's own sequence; when the shared
+    input-check helper lands (`signature.check_arguments`, being added for evaluate and
+    run_xla), this body becomes that one call."""
+    if len(arrays) != len(fn.params):
+        raise EvalError(
+            f"{caller}: Function {fn.name}: expected {len(fn.params)} argument(s) "
+            f"({', '.join(p.name for p in fn.params)}), got {len(arrays)}"
+        )
+    checked = [check_input(fn.name, p, a) for p, a in zip(fn.params, arrays, strict=True)]
+    return checked, bind_dim_vars(fn.name, fn.params, [a.shape for a in checked])
+
+
+def _refuse_wide(dtype, where: str, node) -> None:
+    if dtype.name in _WIDE:
+        raise UnsupportedError(
+            f"{where}: is {dtype.name}; {EXIT} computes with jax's 32-bit default types and "
+            "would narrow it silently; cast it to a 32-bit dtype first",
+            location=source_span(node),
+        )
+
+
+def default_interpret() -> bool:
+    """Interpret (CPU) unless jax's default backend is a GPU, where the kernel compiles."""
+    import jax
+
+    return jax.default_backend() != "gpu"
+
+
+_CALLS: dict[tuple, tuple] = {}
+"""(id(fn), argument shapes/dtypes, interpret) -> (fn, kernel, jitted call): a kernel is traced
+once per shape, as run_xla compiles once per shape (fn is held so its id stays its own)."""
+
+
+def run_pallas(fn: Function, *arrays: Any, interpret: bool | None = None) -> Any:
+    """Run `fn` as one Pallas kernel on global arrays; numpy results like `evaluate`'s."""
+    kernel = lower_pallas(fn, *arrays)  # checks the inputs on every call, cached or not
+    interpret = default_interpret() if interpret is None else interpret
+    if not interpret and default_interpret():
+        import jax
+
+        raise UnsupportedError(
+            f"run_pallas: a compiled Pallas kernel needs a GPU (Triton / Mosaic GPU), but jax's "
+            f"default backend is {jax.default_backend()!r}; pass interpret=True (or None) here"
+        )
+    checked = [np.asarray(a) for a in arrays]
+    key = (id(fn), tuple((a.shape, a.dtype.str) for a in checked), interpret)
+    if key not in _CALLS:
+        import jax
+
+        _CALLS[key] = (fn, kernel, jax.jit(kernel.call(interpret)))
+    _, kernel, call = _CALLS[key]
+    outputs = [np.asarray(o) for o in call(*checked, *kernel.constant_arrays())]
+    return _structure(outputs, kernel.fn.body.type)
+
+
+def _structure(flat: list, type_) -> Any:
+    if isinstance(type_, TupleType):
+        out = []
+        for field in type_.fields:
+            width = len(fields(field))
+            out.append(_structure(flat[:width], field))
+            flat = flat[width:]
+        return tuple(out)
+    return flat[0]
