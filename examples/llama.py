@@ -15,8 +15,8 @@ The shardings (every one runs the same math; only the annotations and the Reshar
 - `llama_sp`: sequence-parallel TP: the residual stream and both norms are split by sequence;
   one all-gather before attention and one before the MLP, and each pending sum is completed
   straight into the sequence split (Partial(sum) -> Split(seq), a reduce-scatter);
-- `llama_stack`: LAYERS TP layers as one loop over stacked per-layer weights (`w[layer]` is the
-  layer's slice of a stacked weight, read with `tf.gather` at the loop variable);
+- `llama_stack`: LAYERS TP layers as one loop over stacked per-layer weights (`w[layer]` reads
+  the layer's slice of a stacked weight: a loop window, DESIGN §4.14);
 - `llama_decode`: one decode step against a KV cache whose heads are split over `tp`
   (`tf.cache_update` writes the new key and value at `pos`; attention masks the positions after
   it).
@@ -125,10 +125,10 @@ def llama_stack(
     w_downs: Tensor[(LAYERS, FFN @ TP.tp, HIDDEN), "f32"],
 ):
     for layer in range(LAYERS):
-        h = tf.rms_norm(x, tf.gather(attn_norms, layer, axis=0), eps=EPS)
-        q = h @ tf.gather(wqs, layer, axis=0)
-        k = h @ tf.gather(wks, layer, axis=0)
-        v = h @ tf.gather(wvs, layer, axis=0)
+        h = tf.rms_norm(x, attn_norms[layer], eps=EPS)
+        q = h @ wqs[layer]
+        k = h @ wks[layer]
+        v = h @ wvs[layer]
         q = tf.transpose(tf.reshape(q, (BATCH, SEQ, HEADS, HEAD_DIM)), (0, 2, 1, 3))
         k = tf.transpose(tf.reshape(k, (BATCH, SEQ, HEADS, HEAD_DIM)), (0, 2, 1, 3))
         v = tf.transpose(tf.reshape(v, (BATCH, SEQ, HEADS, HEAD_DIM)), (0, 2, 1, 3))
@@ -136,11 +136,11 @@ def llama_stack(
         scores = q @ tf.transpose(k, (0, 1, 3, 2)) * SCALE + CAUSAL_MASK
         attended = tf.softmax(scores, axis=-1) @ v
         merged = tf.reshape(tf.transpose(attended, (0, 2, 1, 3)), (BATCH, SEQ, HIDDEN))
-        out = merged @ tf.gather(wos, layer, axis=0)
+        out = merged @ wos[layer]
         x = x + tf.reshard(out, layout=REPLICATED, storage="gmem")
-        g = tf.rms_norm(x, tf.gather(mlp_norms, layer, axis=0), eps=EPS)
-        gate = tf.silu(g @ tf.gather(w_gates, layer, axis=0))
-        down = (gate * (g @ tf.gather(w_ups, layer, axis=0))) @ tf.gather(w_downs, layer, axis=0)
+        g = tf.rms_norm(x, mlp_norms[layer], eps=EPS)
+        gate = tf.silu(g @ w_gates[layer])
+        down = (gate * (g @ w_ups[layer])) @ w_downs[layer]
         x = x + tf.reshard(down, layout=REPLICATED, storage="gmem")
     return x
 
