@@ -2,9 +2,6 @@
 whole suite (2 x 4 and 4 x 2 processes, same module, same collectives, same numbers) by adding
 one `Case`.
 
-The TP Llama layer (examples/llama.py) joins as one row when it lands:
-    Case("llama_tp_layer", "examples/llama.py"),
-
 Each split is a launch of fresh processes (about 10-20 s on the shared 2-core machine), so a row
 may run fewer splits: `mesh_2d` adds what the Megatron MLP cannot show (a 2-D mesh, an
 all-reduce whose groups stay inside each process, a Split result gathered across processes)
@@ -51,5 +48,6 @@ SPLITS = ((2, 4), (4, 2))
 CASES = (
     Case("megatron_mlp", "examples/megatron_mlp.py"),
     Case("mesh_2d", "examples/mesh_2d.py", splits=((2, 4),)),
+    Case("llama_tp_layer", "examples/llama.py"),  # issue 16: the TP Llama layer, both splits
 )
 RUNS = tuple((case, split) for case in CASES for split in case.splits)
