@@ -125,8 +125,7 @@ class _Verifier:
             if isinstance(node, GridRegionExpr)
             for var in (node.induction_var, *node.carried_args)
         }
-        free = _FreeVars()
-        for var in free.of(fn.body) - set(fn.params):
+        for var in _FreeVars(fn.params).of(fn.body):
             user = next(n for n in nodes if var in all_operands(n))
             if var in loop_vars:
                 fail(
@@ -142,7 +141,7 @@ class _Verifier:
         for node in nodes:
             if isinstance(node, Call) and isinstance(node.target, FusionRegion):
                 region = node.target
-                stray = free.of_all(region.outputs) - set(region.inputs)
+                stray = _FreeVars(region.inputs).of_all(region.outputs)
                 if stray:
                     names = ", ".join(sorted(v.name for v in stray))
                     fail(node, f"FusionRegion: the body reads Var(s) {names}, not region inputs")
@@ -252,18 +251,25 @@ class _Verifier:
                      f"which gives {derived}")  # fmt: skip
 
 
+_NONE: frozenset[Var] = frozenset()
+
+
 class _FreeVars:
     """Vars a node reads that it does not bind (a loop binds its own; a region call reads only
-    its arguments)."""
+    its arguments), other than the `bound` ones of the enclosing scope (the Function's parameters,
+    the region's inputs). Leaving those out of every node's set keeps the sets empty or small: a
+    set of every reachable parameter at every node is quadratic in time and memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, bound: tuple[Var, ...]) -> None:
+        self.bound = frozenset(bound)
         self.memo: dict[Expr, frozenset[Var]] = {}
 
     def of(self, root: Expr) -> frozenset[Var]:
         for node in post_order((root,)):
             if node in self.memo:
                 continue
-            found = frozenset((node,)) if isinstance(node, Var) else frozenset()
+            own = isinstance(node, Var) and node not in self.bound
+            found = frozenset((node,)) if own else _NONE
             found = found.union(*(self.memo[c] for c in all_operands(node)))
             if isinstance(node, GridRegionExpr):
                 found -= {node.induction_var, *node.carried_args}
