@@ -38,11 +38,18 @@ def fail(node: Any, message: str) -> NoReturn:
     raise err
 
 
-def verify(obj: Any, *, tier: str = "hir") -> Any:
-    """Check a Function or Module; returns it unchanged so calls can be chained."""
+def verify(obj: Any, *, tier: str = "hir", trusted: set[Expr] | None = None) -> Any:
+    """Check a Function or Module; returns it unchanged so calls can be chained.
+
+    `trusted`, when given, is the set of nodes already verified at this `tier` (by an earlier
+    call that was handed the same set): their per-node checks and type re-derivation are skipped
+    and every node verified now is added to it. A node is immutable and its operands are part of
+    it, so a node shared between a pass's input and its output is as valid as it was; what a pass
+    created is checked in full, and the whole-body checks (scoping, region ownership, the return
+    type) always run. This is what makes "verify after every pass" cost little."""
     if tier not in TIERS:
         raise VerifyError(f"verify: tier must be one of {TIERS}, got {tier!r}")
-    checker = _Verifier(tier)
+    checker = _Verifier(tier, trusted)
     if isinstance(obj, Module):
         for fn in obj.functions:
             checker.function(fn)
@@ -54,9 +61,11 @@ def verify(obj: Any, *, tier: str = "hir") -> Any:
 
 
 class _Verifier:
-    def __init__(self, tier: str):
+    def __init__(self, tier: str, trusted: set[Expr] | None = None):
         self.tier = tier
         self.done: set[Function] = set()
+        self.trusted: set[Expr] = set() if trusted is None else trusted
+        self.remember = trusted is not None
 
     def function(self, fn: Function) -> None:
         if fn in self.done:
@@ -72,12 +81,15 @@ class _Verifier:
             return
         nodes = self.ownership(fn)
         self.check_scopes(fn, nodes)
-        for node in nodes:
+        fresh = [n for n in nodes if n not in self.trusted]
+        for node in fresh:
             self.node(node)
-        self.rederive(nodes)
+        self.rederive(fresh)
         reason = type_mismatch(fn.return_type, fn.body.type)
         if reason is not None:
             fail(fn.body, f"{where}: the returned value does not match the return type: {reason}")
+        if self.remember:
+            self.trusted.update(fresh)
 
     # ---- structure: who owns each node, and which Vars are in scope -----------------------------
 
@@ -234,6 +246,9 @@ class _Verifier:
 
     def rederive(self, nodes: list[Expr]) -> None:
         ctx = TypeInferContext()
+        for node in self.trusted:  # verified: its stamped type is its rule's
+            if node.type is not None:
+                ctx.assume(node, node.type)
         for node in nodes:
             if isinstance(node, Var | Constant):
                 continue
