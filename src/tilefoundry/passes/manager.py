@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tilefoundry.errors import InternalCompilerError, VerifyError
+from tilefoundry.gc_pause import gc_paused
 from tilefoundry.inspect import format_ir
 from tilefoundry.ir.core import Expr, Module, source_span
 from tilefoundry.ir.types import tensor_fields
@@ -110,6 +111,7 @@ def require_static_signatures(ir: Any) -> None:
                     )
 
 
+@gc_paused
 def compile(fn: Any, *, debug: bool = False) -> tuple[Any, FusionReport]:
     """legalize -> verify -> fuse -> verify; the fused Function/Module and its fusion report."""
     require_static_signatures(fn)
