@@ -246,9 +246,10 @@ class _Verifier:
 
     def rederive(self, nodes: list[Expr]) -> None:
         ctx = TypeInferContext()
-        for node in self.trusted:  # verified: its stamped type is its rule's
-            if node.type is not None:
-                ctx.assume(node, node.type)
+        for node in nodes:  # a verified operand's stamped type is its rule's: re-derive no deeper
+            for operand in all_operands(node):
+                if operand in self.trusted and operand.type is not None:
+                    ctx.assume(operand, operand.type)
         for node in nodes:
             if isinstance(node, Var | Constant):
                 continue
