@@ -143,6 +143,16 @@ def decoder(layers: int, dims: DecoderDims = SMALL) -> Program:
     return Program(f"decoder_L{layers}_d{d}", tuple(params), tuple(body), array_fn)
 
 
+def four_arguments(n: int) -> Program:
+    """A small program with four parameters: at 16x16 what a call costs is the call itself."""
+    return Program(
+        "four_arguments",
+        (("a", (n, n)), ("b", (n, n)), ("c", (n, n)), ("d", (n, n))),
+        ("return (a + b) * c - d",),
+        lambda xp, a, b, c, d: (a + b) * c - d,
+    )
+
+
 def elementwise_chain(n: int) -> Program:
     return Program(
         "elementwise_chain",

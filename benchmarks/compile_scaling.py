@@ -11,14 +11,21 @@ time (JAX caches traces per function object) and lowers it to StableHLO text; it
 function already exists, so Python's compile of our source text is a cost only we pay.
 
 Before timing, each L is checked: our StableHLO run on XLA (`run_xla`) and `jax.jit` of the
-array code give the same result. Run: `python benchmarks/compile_scaling.py`.
+array code give the same result. Run: `python benchmarks/compile_scaling.py`
+(`--layers 8 32 128` picks the depths).
+
+`--ops 10000` is the linearity check instead: our per-op time on a decoder of that many HIR ops
+against the figure at 800 ops (L=32), and peak memory of one compile on each side (tracemalloc,
+a separate untimed run) in KiB per HIR op, next to JAX's.
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -107,11 +114,77 @@ def linear_fit(xs: list[float], ys: list[float]) -> dict[str, float]:
     }
 
 
-def main() -> None:
-    args = standard_arguments(__doc__.splitlines()[0]).parse_args()
-    repeats = repeats_for(args, 5)
+def peak_kib(build) -> float:
+    """Peak Python memory of one `build()`, in KiB (tracemalloc; untimed)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        build()
+        return tracemalloc.get_traced_memory()[1] / 1024
+    finally:
+        tracemalloc.stop()
+
+
+def linearity(args, repeats: int) -> None:
+    """Per-op time and peak memory at 800 HIR ops and at `args.ops` (25 HIR ops per layer)."""
     rows = []
-    for layers in QUICK_LAYERS if args.quick else LAYERS:
+    for layers in (32, max(args.ops // 25, 1)):
+        program = decoder(layers, SMALL)
+        specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in program.arguments()]
+        ops = hir_ops(parse_program(program))
+        ours, peer = interleaved_medians(
+            lambda p=program: ours_to_text(p),
+            lambda p=program, s=specs: jax_to_text(p, s),
+            repeats,
+        )
+        rows.append(
+            {
+                "layers": layers,
+                "hir_ops": ops,
+                "ours_s": ours,
+                "jax_s": peer,
+                "ratio": ours / peer,
+                "ours_us_per_op": ours / ops * 1e6,
+                "jax_us_per_op": peer / ops * 1e6,
+                "ours_peak_kib_per_op": peak_kib(lambda p=program: ours_to_text(p)) / ops,
+                "jax_peak_kib_per_op": peak_kib(lambda p=program, s=specs: jax_to_text(p, s)) / ops,
+            }
+        )
+        print(f"L={layers} ({ops} ops): {ours * 1e3:.0f} ms vs {peer * 1e3:.0f} ms", flush=True)
+    growth = rows[1]["ours_us_per_op"] / rows[0]["ours_us_per_op"]
+    table = markdown_table(
+        ["L", "HIR ops", "ours ms", "jax ms", "ratio", "ours µs/op", "jax µs/op",
+         "ours peak KiB/op", "jax peak KiB/op"],
+        [
+            [r["layers"], r["hir_ops"], f"{r['ours_s'] * 1e3:.0f}", f"{r['jax_s'] * 1e3:.0f}",
+             f"{r['ratio']:.2f}x", f"{r['ours_us_per_op']:.0f}", f"{r['jax_us_per_op']:.0f}",
+             f"{r['ours_peak_kib_per_op']:.1f}", f"{r['jax_peak_kib_per_op']:.1f}"]
+            for r in rows
+        ],
+    )  # fmt: skip
+    print(f"\nLinearity, decoder {SMALL}, median of {repeats}")
+    print(table)
+    print(f"our µs/op at {rows[1]['hir_ops']} ops / at {rows[0]['hir_ops']} ops: {growth:.2f}")
+    path = write_results(
+        args.out,
+        "compile_linearity",
+        {"dims": SMALL.__dict__, "repeats": repeats, "rows": rows, "per_op_growth": growth,
+         "table": table},
+    )  # fmt: skip
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    parser = standard_arguments(__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, nargs="+", help=f"depths (default {LAYERS})")
+    parser.add_argument("--ops", type=int, help="linearity check at about this many HIR ops")
+    args = parser.parse_args()
+    repeats = repeats_for(args, 5)
+    if args.ops:
+        linearity(args, repeats)
+        return
+    rows = []
+    for layers in args.layers or (QUICK_LAYERS if args.quick else LAYERS):
         program = decoder(layers, SMALL)
         specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in program.arguments()]
         error = check_same_result(program)
@@ -143,7 +216,8 @@ def main() -> None:
         side: linear_fit(ops, [r[f"{side}_s"] for r in rows]) if len(rows) > 2 else None
         for side in ("ours", "jax")
     }
-    baseline = rows[2] if len(rows) > 2 else rows[0]  # L=4: past the fixed per-module costs
+    # L=4 when measured: past the fixed per-module costs
+    baseline = next((r for r in rows if r["layers"] == 4), rows[0])
     growth = rows[-1]["ours_us_per_op"] / baseline["ours_us_per_op"]
     table = markdown_table(
         [

@@ -258,3 +258,35 @@ def test_compile_refuses_a_dynamic_signature_as_the_users_choice():
     TypeInferContext().infer(fn)
     with pytest.raises(VerifyError, match=r"parameter 'x' has the dynamic dimension S"):
         compile(fn)
+
+
+def test_trusted_nodes_do_not_hide_a_broken_new_node():
+    """SFEP-0053 §3.4 (verify after every pass), incremental form: a node already verified at a
+    tier is not re-checked, but a node the pass created is checked in full, even when it reads
+    only trusted nodes."""
+    x = Var("x", T8)
+    kept = binary("add", x, x)
+    trusted: set = set()
+    verify(function("f", (x,), kept), tier="tensor", trusted=trusted)
+    assert kept in trusted
+    broken = Call(Binary(kind=BinaryKind.MUL), (kept, x))
+    broken.stamp_type(TensorType((8,), f64))  # a pass that stamped the wrong dtype
+    with pytest.raises(VerifyError, match="does not follow its rule"):
+        verify(function("f", (x,), broken, T8), tier="tensor", trusted=trusted)
+
+
+def test_debug_passes_rechecks_every_node(monkeypatch):
+    """TILEFOUNDRY_DEBUG_PASSES=1 keeps full per-pass checking: the manager hands verify no
+    trusted set, so every node is checked after every pass."""
+    from tilefoundry.passes import manager
+
+    seen = []
+    monkeypatch.setattr(manager, "verify", lambda ir, *, tier, trusted: seen.append(trusted))
+    monkeypatch.setenv(manager.DEBUG_ENV, "1")
+    x = Var("x", T8)
+    compile(function("f", (x,), binary("add", x, x)))
+    assert seen == [None, None, None]
+    seen.clear()
+    monkeypatch.setenv(manager.DEBUG_ENV, "0")
+    compile(function("f", (x,), binary("add", x, x)))
+    assert len(seen) == 3 and all(isinstance(s, set) for s in seen)

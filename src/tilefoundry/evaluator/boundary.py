@@ -59,11 +59,21 @@ def place_input(fn_name: str, param: Var, array: np.ndarray, index: int) -> Any:
     return array
 
 
-def read_result(value: Any, type_: Type, where: str, *, complete_partials: bool) -> Any:
-    """Global arrays of a result: gathered over its mesh, read back through a plain layout."""
+def read_result(
+    value: Any, type_: Type, where: str, *, complete_partials: bool, borrowed: Any = None
+) -> Any:
+    """Global arrays of a result: gathered over its mesh, read back through a plain layout.
+
+    A plain result is handed out as is when the evaluator owns it (a kernel's fresh array) and
+    copied otherwise: a view, one of the caller's `borrowed` input arrays returned unchanged, or
+    an array already handed out in another field (appended to `borrowed`, a list), so the caller
+    never gets an alias of its inputs, of the IR's constants or of another result. Without
+    `borrowed` every result is copied."""
     if isinstance(type_, TupleType):
         return tuple(
-            read_result(v, t, f"{where} field {i}", complete_partials=complete_partials)
+            read_result(
+                v, t, f"{where} field {i}", complete_partials=complete_partials, borrowed=borrowed
+            )
             for i, (v, t) in enumerate(zip(value, type_.fields, strict=True))
         )
     if isinstance(value, MeshValue):
@@ -71,4 +81,8 @@ def read_result(value: Any, type_: Type, where: str, *, complete_partials: bool)
     array = np.asarray(value)
     if isinstance(type_, TensorType) and has_physical_layout(type_):
         return load_physical(array, type_.layout, where)
+    owned = borrowed is not None and array.flags.owndata and array is value
+    if owned and not any(array is b for b in borrowed):
+        borrowed.append(array)  # handed out once: a second field holding it gets a copy
+        return array
     return np.array(array, copy=True)

@@ -87,17 +87,27 @@ def concrete_type(type_: Type, bindings: Bindings, where: str) -> Type:
     return TensorType(shape, type_.dtype, layout, type_.storage)
 
 
+_NO_VARS: frozenset[Var] = frozenset()
+_TYPED: dict[int, Function] = {}
+_TYPED_LIMIT = 1024
+
+
 class Interpreter:
     """Evaluates Function bodies on evaluator values (ndarrays, MeshValues, tuples)."""
 
     def __init__(self) -> None:
         self._free: dict[Expr, frozenset[Var]] = {}
-        self._typed: set[int] = set()
+        self._loop_vars: set[Var] = set()
 
-    def ensure_typed(self, fn: Function) -> None:
-        if id(fn) not in self._typed:
+    @staticmethod
+    def ensure_typed(fn: Function) -> None:
+        """Type `fn` once per process, not once per `evaluate` call (its nodes are immutable and
+        keep their stamped types; the entry holds `fn`, so its id is not reused meanwhile)."""
+        if _TYPED.get(id(fn)) is not fn:
             TypeInferContext().infer(fn)
-            self._typed.add(id(fn))
+            if len(_TYPED) >= _TYPED_LIMIT:
+                _TYPED.clear()
+            _TYPED[id(fn)] = fn
 
     def invoke(self, fn: Function, values: Sequence[Any]) -> tuple[Function, Any]:
         """Run `fn` (a dispatch base selects its variant) on values; returns (body fn, value)."""
@@ -116,7 +126,9 @@ class Interpreter:
     # -- the walk ----------------------------------------------------------------------------
 
     def free_vars(self, root: Expr) -> frozenset[Var]:
-        """The Vars `root` reads that it does not bind itself (a loop binds its own)."""
+        """The loop Vars `root` reads that it does not bind itself (a loop binds its own). Only
+        loop variables decide which frame memoises a node, so parameters are left out: a set of
+        every reachable parameter at every node is quadratic in the body's size."""
         stack = [(root, False)]
         while stack:
             node, expanded = stack.pop()
@@ -126,10 +138,13 @@ class Interpreter:
             if isinstance(node, GridRegionExpr):
                 children = (*children, node.body, *node.yield_values)
             if not expanded:
+                if isinstance(node, GridRegionExpr):  # its Vars are reached only through it
+                    self._loop_vars.update((node.induction_var, *node.carried_args))
                 stack.append((node, True))
                 stack.extend((c, False) for c in children if c not in self._free)
                 continue
-            free = frozenset((node,)) if isinstance(node, Var) else frozenset()
+            own = isinstance(node, Var) and node in self._loop_vars
+            free = frozenset((node,)) if own else _NO_VARS
             free = free.union(*(self._free[c] for c in children))
             if isinstance(node, GridRegionExpr):
                 free -= {node.induction_var, *node.carried_args}
@@ -137,6 +152,7 @@ class Interpreter:
         return self._free[root]
 
     def value(self, root: Expr, frame: _Frame) -> Any:
+        remaining = _last_uses(root) if frame.loop_vars is None else None
         stack = [(root, False)]
         while stack:
             node, expanded = stack.pop()
@@ -148,6 +164,8 @@ class Interpreter:
                 stack.extend((c, False) for c in block_operands(node))
                 continue
             owner.memo[node] = self._compute(node, frame)
+            if remaining is not None:
+                _release(node, root, remaining, owner.memo)
         return frame.owner(self.free_vars(root)).memo[root]
 
     def _ready(self, node: Expr, frame: _Frame) -> Any:
@@ -185,6 +203,8 @@ class Interpreter:
     def _constant(self, node: Constant) -> Any:
         type_ = node.type
         array = np.asarray(node.value, dtype=check_dtype(type_.dtype, "Constant"))
+        if array is node.value:  # a view, so a result that is the constant is copied out
+            array = array.view()
         if isinstance(type_.layout, ShardLayout):
             return as_typed(scatter(array, type_, "Constant"), "Constant")
         return array
@@ -232,6 +252,35 @@ class Interpreter:
         concrete = concrete_type(out_type, bindings, where)
         result = EVAL.lookup(type(op))(op, args, concrete)
         return _checked(result, concrete, where)
+
+
+def _last_uses(root: Expr) -> dict[Expr, int] | None:
+    """How many reads of each node the walk from `root` makes, so an intermediate can be dropped
+    after its last read (numpy then reuses its memory instead of faulting in fresh pages); None
+    when a loop is under `root` (a loop body reads outer values the count does not see)."""
+    counts: dict[Expr, int] = {}
+    seen: set[Expr] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        if isinstance(node, GridRegionExpr):
+            return None
+        seen.add(node)
+        for operand in block_operands(node):
+            counts[operand] = counts.get(operand, 0) + 1
+            stack.append(operand)
+    return counts
+
+
+def _release(node: Expr, root: Expr, remaining: dict[Expr, int], memo: dict[Expr, Any]) -> None:
+    """`node` was just computed: its operands have one read fewer to go; drop the ones done."""
+    for operand in block_operands(node):
+        left = remaining[operand] - 1
+        remaining[operand] = left
+        if left == 0 and operand is not root:
+            memo.pop(operand, None)
 
 
 class _located:
@@ -299,4 +348,5 @@ def evaluate(fn: Function, *arrays: Any, complete_partials: bool = False) -> Any
         body_fn.body.type,
         f"Function {fn.name}: result",
         complete_partials=complete_partials,
+        borrowed=list(checked),
     )

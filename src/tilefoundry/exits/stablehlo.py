@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tilefoundry.errors import UnsupportedError
+from tilefoundry.gc_pause import gc_paused
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, select_variant
 from tilefoundry.ir.hir.walk import all_operands
@@ -353,6 +354,7 @@ class _ModuleEmitter:
         return "\n".join([*lines, "}"]) + "\n"
 
 
+@gc_paused
 def emit_stablehlo(
     obj: Function | Module,
     *,

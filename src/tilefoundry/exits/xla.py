@@ -41,12 +41,22 @@ def bind_dims(
     return {var.name: extent for var, extent in bindings.items()}
 
 
-def _compile(text: str):
+def _executable(text: str):
+    """The module compiled for one CPU device, called through `execute`: the fallback for a
+    module jax's jit cannot wrap (a dtype jax has no name for)."""
+    import jax
     from jax.extend import backend
 
     cpu = backend.get_backend("cpu")
     options = backend.get_compile_options(num_replicas=1, num_partitions=1)
-    return cpu.compile_and_load(text, cpu.devices()[:1], options)
+    executable = cpu.compile_and_load(text, cpu.devices()[:1], options)
+
+    def run(*arrays: np.ndarray) -> list[np.ndarray]:
+        with jax.enable_x64(True):  # else device_put narrows i64/u64/f64 inputs to 32 bits
+            outputs = executable.execute(jax.device_put(list(arrays), cpu.devices()[0]))
+        return [np.asarray(o) for o in outputs]
+
+    return run
 
 
 def compiled_text(fn: Function, *arrays: np.ndarray) -> str:
@@ -61,19 +71,34 @@ def run_xla(fn: Function, *arrays: Any, devices: int | None = None) -> Any:
         from tilefoundry.exits.spmd.xla import run_spmd
 
         return run_spmd(fn, tuple(np.asarray(a) for a in arrays), devices, bind_dims)
-    import jax
-
     arrays = tuple(np.asarray(a) for a in arrays)
-    key = (id(fn), tuple((a.shape, a.dtype.str) for a in arrays))
-    executable = _EXECUTABLES.get(key)
-    if executable is None:
-        executable = _EXECUTABLES[key] = (fn, _compile(compiled_text(fn, *arrays)))
-    device = jax.devices("cpu")[0]
-    with jax.enable_x64(True):  # else device_put silently narrows i64/u64/f64 inputs to 32 bits
-        # one device_put of the whole list: a call per argument costs ~2x in transfer overhead
-        outputs = executable[1].execute(jax.device_put(list(arrays), device))
-    flat = [np.asarray(o) for o in outputs]
+    key = (id(fn), tuple((a.shape, a.dtype) for a in arrays))
+    entry = _EXECUTABLES.get(key)
+    if entry is None:  # a new (shapes, dtypes): check them against the signature, then compile
+        from tilefoundry.exits.xla_jit import jitted
+
+        text = compiled_text(fn, *arrays)
+        _check_dtypes(fn, arrays)
+        try:
+            call = jitted(text)
+        except LookupError:
+            call = _executable(text)
+        entry = _EXECUTABLES[key] = (fn, call)
+    flat = entry[1](*arrays)  # the held `fn` keeps id(fn) from being reused while cached
     return structure(flat, fn.body.type if fn.body is not None else fn.return_type)
+
+
+def _check_dtypes(fn: Function, arrays: tuple[np.ndarray, ...]) -> None:
+    """An EvalError naming the parameter whose argument has another dtype (XLA would refuse it
+    with its own error, or jax would narrow it silently)."""
+    for param, array in zip(fn.params, arrays, strict=True):
+        expected = np.dtype(param.type.dtype.to_numpy())
+        if array.dtype != expected:
+            raise EvalError(
+                f"run_xla: Function {fn.name}: parameter '{param.name}' is "
+                f"{param.type.dtype.name} ({expected}), got an array of dtype {array.dtype}; "
+                "convert it with .astype(...) first"
+            )
 
 
 def structure(flat: list[np.ndarray], type_: Any) -> Any:

@@ -30,6 +30,7 @@ from tilefoundry.frontend.parse import (
     signature,
 )
 from tilefoundry.frontend.scopes import Environment, MeshScope
+from tilefoundry.gc_pause import gc_paused
 from tilefoundry.ir.core import DimVarRangePat, Expr, Module, SourceSpan, get_metadata
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.hir.walk import iter_nodes
@@ -63,6 +64,7 @@ def _typed(parsed: ParsedDef, build: Callable[[], Function], *, check: bool = Tr
     return fn
 
 
+@gc_paused
 def parse_function(pyfn: Any, outer_locals: dict[str, Any]) -> Function:
     parsed = read_def(pyfn)
     env = Environment(parsed.pyfn, outer_locals)

@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from tilefoundry.errors import InternalCompilerError, TileFoundryError, VerifyError
+from tilefoundry.gc_pause import gc_paused
 from tilefoundry.ir.core import SourceSpan
 
 PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
 
 
+@gc_paused
 def parse_source(
     text: str, filename: str = "<tilefoundry>", namespace: dict[str, Any] | None = None
 ) -> dict[str, Any]:

@@ -81,9 +81,8 @@ def _blocks(body: Expr) -> list[tuple[list[Expr], Expr]]:
     loop body. A loop body's block is what it computes per iteration: the nodes that read the
     loop's induction variable or carries. A loop-invariant node the body reads is computed once,
     before the loop, so it belongs to the enclosing block (as the exits hoist it)."""
-    reads: dict[Expr, frozenset[Var]] = {}
-    for node in post_order((body,)):
-        _reads(node, reads)
+    nodes = post_order((body,))
+    reads = _reads(nodes, _loop_vars(nodes))
 
     def operands(node: Expr) -> tuple[Expr, ...]:
         if not isinstance(node, GridRegionExpr):
@@ -92,7 +91,7 @@ def _blocks(body: Expr) -> list[tuple[list[Expr], Expr]]:
         return (*node.init_args, *_invariant_frontier(node, local, reads))
 
     blocks = [(post_order((body,), operands), body)]
-    for node in post_order((body,)):
+    for node in nodes:
         if isinstance(node, GridRegionExpr):
             local = {node.induction_var, *node.carried_args}
             roots = (node.body, *node.yield_values)
@@ -123,23 +122,39 @@ def _invariant_frontier(loop: GridRegionExpr, local, reads) -> list[Expr]:
     return found
 
 
-def _reads(node: Expr, memo: dict[Expr, frozenset[Var]]) -> frozenset[Var]:
-    """The Vars `node` depends on (a loop's own variables are bound inside it, not read)."""
-    for item in post_order((node,)):
-        if item in memo:
-            continue
+def _loop_vars(nodes: list[Expr]) -> frozenset[Var]:
+    """Every loop's induction variable and carries: the only Vars `_blocks` asks about."""
+    return frozenset(
+        var
+        for node in nodes
+        if isinstance(node, GridRegionExpr)
+        for var in (node.induction_var, *node.carried_args)
+    )
+
+
+_NONE: frozenset[Var] = frozenset()
+
+
+def _reads(nodes: list[Expr], loop_vars: frozenset[Var]) -> dict[Expr, frozenset[Var]]:
+    """The loop Vars each node depends on (a loop's own variables are bound inside it, not read),
+    for `nodes` in post-order, in one pass. Only loop variables are tracked: a set of every
+    reachable parameter at every node would make planning quadratic in the program's size, and no
+    caller asks about parameters."""
+    memo: dict[Expr, frozenset[Var]] = {}
+    for item in nodes:
         if isinstance(item, Var):
-            memo[item] = frozenset((item,))
+            memo[item] = frozenset((item,)) if item in loop_vars else _NONE
             continue
-        inner = frozenset().union(*(memo[c] for c in all_operands(item)))
-        if isinstance(item, GridRegionExpr):
+        inner = _NONE.union(*(memo[c] for c in all_operands(item)))
+        if inner and isinstance(item, GridRegionExpr):
             inner -= {item.induction_var, *item.carried_args}
         memo[item] = inner
-    return memo[node]
+    return memo
 
 
 def _plan_block(block: list[Expr], use, returned: Expr) -> list[list[Call]]:
-    block_set = set(block)
+    position = {node: index for index, node in enumerate(block)}
+    block_set = position.keys()
     taken: set[Expr] = set()
     regions: list[list[Call]] = []
     for seed in reversed(block):
@@ -161,7 +176,8 @@ def _plan_block(block: list[Expr], use, returned: Expr) -> list[list[Call]]:
                         grew = True
         if len(members) > 1:
             taken |= member_set
-            regions.append([n for n in block if n in member_set])
+            # members in block order, without scanning the block once per region (quadratic)
+            regions.append(sorted(member_set, key=position.__getitem__))
     return regions
 
 

@@ -1,5 +1,11 @@
 """The pass manager: named passes, each verified before and after (SFEP-0053 §3.4).
 
+Every pass's output is verified before the next pass (or an exit) sees it, so no pass output
+reaches an exit unverified. Verification is incremental: nodes a pass kept from its already
+verified input (same object, same tier) are not re-checked, only what it created is, plus the
+whole-body checks. TILEFOUNDRY_DEBUG_PASSES=1 (or `debug=True`) turns that off and re-checks every
+node after every pass.
+
 The IR a pass receives is verified first, so a failure there is the user's program (a plain
 VerifyError); the IR a pass returns is verified at the pass's output tier, so a failure there is
 the pass's fault and becomes an InternalCompilerError that carries the printed IR with the bad
@@ -16,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tilefoundry.errors import InternalCompilerError, VerifyError
+from tilefoundry.gc_pause import gc_paused
 from tilefoundry.inspect import format_ir
 from tilefoundry.ir.core import Expr, Module, source_span
 from tilefoundry.ir.types import tensor_fields
@@ -50,6 +57,8 @@ class PassManager:
         self.passes = tuple(passes)
         self.input_tier = input_tier
         self.debug = debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+        self.verified: dict[str, set[Expr]] = {}
+        """tier -> nodes already verified at it in this run (unused in debug mode)."""
 
     def run(self, ir: Any) -> Any:
         self._verify(ir, self.input_tier, "the input")
@@ -71,7 +80,8 @@ class PassManager:
 
     def _verify(self, ir: Any, tier: str, what: str) -> None:
         try:
-            verify(ir, tier=tier)
+            trusted = None if self.debug else self.verified.setdefault(tier, set())
+            verify(ir, tier=tier, trusted=trusted)
         except VerifyError as err:
             self._report(ir, err, f"verify ({tier}) rejected {what}")
             raise
@@ -101,6 +111,7 @@ def require_static_signatures(ir: Any) -> None:
                     )
 
 
+@gc_paused
 def compile(fn: Any, *, debug: bool = False) -> tuple[Any, FusionReport]:
     """legalize -> verify -> fuse -> verify; the fused Function/Module and its fusion report."""
     require_static_signatures(fn)

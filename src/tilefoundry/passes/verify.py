@@ -38,11 +38,18 @@ def fail(node: Any, message: str) -> NoReturn:
     raise err
 
 
-def verify(obj: Any, *, tier: str = "hir") -> Any:
-    """Check a Function or Module; returns it unchanged so calls can be chained."""
+def verify(obj: Any, *, tier: str = "hir", trusted: set[Expr] | None = None) -> Any:
+    """Check a Function or Module; returns it unchanged so calls can be chained.
+
+    `trusted`, when given, is the set of nodes already verified at this `tier` (by an earlier
+    call that was handed the same set): their per-node checks and type re-derivation are skipped
+    and every node verified now is added to it. A node is immutable and its operands are part of
+    it, so a node shared between a pass's input and its output is as valid as it was; what a pass
+    created is checked in full, and the whole-body checks (scoping, region ownership, the return
+    type) always run. This is what makes "verify after every pass" cost little."""
     if tier not in TIERS:
         raise VerifyError(f"verify: tier must be one of {TIERS}, got {tier!r}")
-    checker = _Verifier(tier)
+    checker = _Verifier(tier, trusted)
     if isinstance(obj, Module):
         for fn in obj.functions:
             checker.function(fn)
@@ -54,9 +61,11 @@ def verify(obj: Any, *, tier: str = "hir") -> Any:
 
 
 class _Verifier:
-    def __init__(self, tier: str):
+    def __init__(self, tier: str, trusted: set[Expr] | None = None):
         self.tier = tier
         self.done: set[Function] = set()
+        self.trusted: set[Expr] = set() if trusted is None else trusted
+        self.remember = trusted is not None
 
     def function(self, fn: Function) -> None:
         if fn in self.done:
@@ -72,12 +81,15 @@ class _Verifier:
             return
         nodes = self.ownership(fn)
         self.check_scopes(fn, nodes)
-        for node in nodes:
+        fresh = [n for n in nodes if n not in self.trusted]
+        for node in fresh:
             self.node(node)
-        self.rederive(nodes)
+        self.rederive(fresh)
         reason = type_mismatch(fn.return_type, fn.body.type)
         if reason is not None:
             fail(fn.body, f"{where}: the returned value does not match the return type: {reason}")
+        if self.remember:
+            self.trusted.update(fresh)
 
     # ---- structure: who owns each node, and which Vars are in scope -----------------------------
 
@@ -125,8 +137,7 @@ class _Verifier:
             if isinstance(node, GridRegionExpr)
             for var in (node.induction_var, *node.carried_args)
         }
-        free = _FreeVars()
-        for var in free.of(fn.body) - set(fn.params):
+        for var in _FreeVars(fn.params).of(fn.body):
             user = next(n for n in nodes if var in all_operands(n))
             if var in loop_vars:
                 fail(
@@ -142,7 +153,7 @@ class _Verifier:
         for node in nodes:
             if isinstance(node, Call) and isinstance(node.target, FusionRegion):
                 region = node.target
-                stray = free.of_all(region.outputs) - set(region.inputs)
+                stray = _FreeVars(region.inputs).of_all(region.outputs)
                 if stray:
                     names = ", ".join(sorted(v.name for v in stray))
                     fail(node, f"FusionRegion: the body reads Var(s) {names}, not region inputs")
@@ -235,6 +246,10 @@ class _Verifier:
 
     def rederive(self, nodes: list[Expr]) -> None:
         ctx = TypeInferContext()
+        for node in nodes:  # a verified operand's stamped type is its rule's: re-derive no deeper
+            for operand in all_operands(node):
+                if operand in self.trusted and operand.type is not None:
+                    ctx.assume(operand, operand.type)
         for node in nodes:
             if isinstance(node, Var | Constant):
                 continue
@@ -252,18 +267,25 @@ class _Verifier:
                      f"which gives {derived}")  # fmt: skip
 
 
+_NONE: frozenset[Var] = frozenset()
+
+
 class _FreeVars:
     """Vars a node reads that it does not bind (a loop binds its own; a region call reads only
-    its arguments)."""
+    its arguments), other than the `bound` ones of the enclosing scope (the Function's parameters,
+    the region's inputs). Leaving those out of every node's set keeps the sets empty or small: a
+    set of every reachable parameter at every node is quadratic in time and memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, bound: tuple[Var, ...]) -> None:
+        self.bound = frozenset(bound)
         self.memo: dict[Expr, frozenset[Var]] = {}
 
     def of(self, root: Expr) -> frozenset[Var]:
         for node in post_order((root,)):
             if node in self.memo:
                 continue
-            found = frozenset((node,)) if isinstance(node, Var) else frozenset()
+            own = isinstance(node, Var) and node not in self.bound
+            found = frozenset((node,)) if own else _NONE
             found = found.union(*(self.memo[c] for c in all_operands(node)))
             if isinstance(node, GridRegionExpr):
                 found -= {node.induction_var, *node.carried_args}

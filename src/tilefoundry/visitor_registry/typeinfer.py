@@ -45,7 +45,16 @@ class TypeInferContext:
 
     def __init__(self) -> None:
         self._cache: dict[Expr, Type] = {}
-        self.call: Call | None = None
+        self._call: Call | None = None
+        self.call_was_read = False
+        """Whether a rule looked at `call` (its literals) since `_call` last cleared the flag: such
+        a result depends on more than (op, operand types) and is not memoised."""
+
+    @property
+    def call(self) -> Call | None:
+        """The Call whose target's rule is running (rules may read its literal operands)."""
+        self.call_was_read = True
+        return self._call
 
     def infer(self, expr: Expr) -> Type:
         """The type of `expr`, computed once per context and stamped onto unstamped nodes."""
@@ -59,6 +68,11 @@ class TypeInferContext:
         except VerifyError as err:
             raise _located(err, expr) from None
         return self._infer_node(expr)
+
+    def assume(self, expr: Expr, type_: Type) -> None:
+        """Take `type_` as `expr`'s type without running its rule (the verifier's already-checked
+        nodes: re-deriving a new node's type then stops at them)."""
+        self._cache[expr] = type_
 
     def _infer_operands_first(self, root: Expr) -> None:
         """Type the Call/Tuple operands below `root` bottom-up with an explicit stack, so a deep
@@ -91,16 +105,16 @@ class TypeInferContext:
     @contextmanager
     def typing_call(self, call: Call) -> Iterator[None]:
         """Expose `call` as `ctx.call` while its target's rule runs (rules may read literals)."""
-        outer, self.call = self.call, call
+        outer, self._call = self._call, call
         try:
             yield
         finally:
-            self.call = outer
+            self._call = outer
 
     def error(self, node: Any, message: str) -> NoReturn:
         """Raise the diagnostic `"<OpClass>: message"` located at `node` (an Op means the Call
         being typed)."""
-        where = self.call if isinstance(node, Op) else node
+        where = self._call if isinstance(node, Op) else node
         raise VerifyError(f"{describe(node)}: {message}", location=source_span(where))
 
 
@@ -119,18 +133,52 @@ def _tuple(node: Tuple, ctx: TypeInferContext) -> Type:
     return TupleType(tuple(ctx.infer(e) for e in node.elements))
 
 
+_OP_RESULTS: dict[tuple, Type] = {}
+"""(op, its attribute value classes, operand types) -> the op rule's result, for this process.
+
+An op rule is a pure function of the op's attributes and its operand types (it reads the context
+only to locate an error; a rule that reads the Call's literals is seen doing so and is not
+memoised), so a program that repeats one op on one shape — every layer of a
+decoder, every re-typing by a pass or the verifier — runs the rule once. Only successes are
+remembered: an error is raised afresh at its own call site. Function and FusionRegion callees are
+not memoised (their type is their body's)."""
+_OP_RESULTS_LIMIT = 1 << 16
+
+
+def _op_key(op: Op, arg_types: tuple[Type, ...]) -> tuple | None:
+    """The memo key; the attribute values' classes are part of it because `1 == 1.0 == True`.
+    None when something in it is not hashable (then the rule simply runs)."""
+    values = op._values  # the attribute dict Op hashes and compares by
+    key = (op, tuple(type(v) for v in values.values()), arg_types)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 @register_typeinfer(Call)
 def _call(call: Call, ctx: TypeInferContext) -> Type:
     arg_types = tuple(ctx.infer(a) for a in call.args)
     target = call.target
+    key = _op_key(target, arg_types) if isinstance(target, Op) else None
+    if key is not None:
+        cached = _OP_RESULTS.get(key)
+        if cached is not None:
+            return cached
     registry = TYPEINFER if isinstance(target, Op) else CALLEE_TYPEINFER
     rule = registry.lookup(type(target))
+    ctx.call_was_read = False
     with ctx.typing_call(call):
         result = rule(target, arg_types, ctx)
     if isinstance(result, UnitType):
         ctx.error(
             call, "effect-form call (UnitType result) is not allowed in HIR; HIR is value-form"
         )
+    if key is not None and not ctx.call_was_read:
+        if len(_OP_RESULTS) >= _OP_RESULTS_LIMIT:
+            _OP_RESULTS.clear()
+        _OP_RESULTS[key] = result
     return result
 
 

@@ -108,6 +108,7 @@ class Op:
     """Base of every operator. Construct with attribute keywords only: `Reduce(axes=(0,))`."""
 
     _params: ClassVar[tuple[ParamDef, ...]] = ()
+    _inputs: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -117,6 +118,7 @@ class Op:
                 if isinstance(value, ParamDef):
                     by_name[name] = value
         cls._params = tuple(by_name.values())
+        cls._inputs = tuple(p.name for p in cls._params if p.kind == "input")
 
     def __init__(self, **attrs: Any):
         name = type(self).__name__
@@ -151,8 +153,8 @@ class Op:
 
     @classmethod
     def inputs(cls) -> tuple[str, ...]:
-        """The names of the input parameters, in Call-argument order."""
-        return tuple(p.name for p in cls._params if p.kind == "input")
+        """The names of the input parameters, in Call-argument order (computed once per class)."""
+        return cls._inputs
 
     def attributes(self) -> dict[str, Any]:
         """The attribute values by name, in schema order."""

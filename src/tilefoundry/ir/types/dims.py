@@ -194,7 +194,10 @@ Linear = tuple[int, dict[Atom, int]]
 
 
 def _is_int(x: object) -> bool:
-    """A non-bool integer (numpy integers included; numpy bools are not Integral)."""
+    """A non-bool integer (numpy integers included; numpy bools are not Integral). A plain int,
+    by far the common case, skips the ABC check."""
+    if type(x) is int:
+        return True
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
@@ -205,6 +208,8 @@ def is_shape_dim(x: object) -> bool:
 
 def normalize_dim(x: object, *, what: str = "ShapeDim") -> ShapeDim:
     """Check `x` is a ShapeDim and return it in normal form (numpy ints become Python ints)."""
+    if type(x) is int:
+        return x
     if isinstance(x, bool):
         raise VerifyError(f"{what}: a bool is not a dimension (got {x!r}); use an int")
     if _is_int(x):

@@ -1,0 +1,133 @@
+"""Calling our StableHLO through `jax.jit`'s C++ argument path.
+
+`executable.execute(jax.device_put(list))` costs ~10x `jax.jit` per call on a small program: no
+Python `device_put` is fast, only jit's C++ dispatch is. So the module is wrapped as a
+`jax.export.Exported` (in/out avals read off the module's `main`, the portable artifact as
+`mlir_module_serialized`, calling convention 10, platform cpu) and called through a cached
+`jax.jit(exported.call)`: numpy in, device arrays out, the same optimised HLO as compiling the text.
+
+The `Exported` constructor and `_module_to_bytecode` are jax internals; jax is pinned (0.10.2) and
+tests/exits/test_xla_jit.py fails loudly if either changes shape.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+_CANDIDATE_DTYPES = (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "complex64", "complex128", "bfloat16", "float8_e4m3fn",
+    "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz", "float8_e4m3",
+    "float8_e3m4", "float8_e8m0fnu", "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn", "int2",
+    "uint2", "int4", "uint4",
+)  # fmt: skip
+
+
+_X64_DTYPES = tuple(np.dtype(d) for d in ("int64", "uint64", "float64", "complex128"))
+"""What jax narrows to 32 bits unless x64 is on."""
+
+
+@functools.cache
+def _ir_dtypes() -> dict[str, np.dtype]:
+    """MLIR element type spelling -> numpy dtype, from jax's own mapping."""
+    import ml_dtypes
+    from jax._src.interpreters import mlir
+
+    found: dict[str, np.dtype] = {}
+    with mlir.make_ir_context():
+        for name in _CANDIDATE_DTYPES:
+            try:
+                dtype = np.dtype(getattr(ml_dtypes, name, None) or name)
+                found.setdefault(str(mlir.dtype_to_ir_type(dtype)), dtype)
+            except (TypeError, KeyError, AttributeError):
+                continue
+    return found
+
+
+def _main_avals(module: Any) -> tuple[list, list]:
+    """(argument avals, result avals) of the module's public `main`."""
+    from jax._src import core
+    from jax._src.lib.mlir import ir
+
+    dtypes = _ir_dtypes()
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == (
+            "main"
+        ):
+            kind = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
+
+            def aval(t: Any) -> Any:
+                tensor = ir.RankedTensorType(t)
+                dtype = dtypes.get(str(tensor.element_type))
+                if dtype is None:
+                    raise LookupError(f"no jax dtype for element type {tensor.element_type}")
+                return core.ShapedArray(tuple(tensor.shape), dtype)
+
+            return [aval(t) for t in kind.inputs], [aval(t) for t in kind.results]
+    raise LookupError("the module has no main function")
+
+
+def exported_module(text: str, *, num_devices: int = 1) -> Any:
+    """A `jax.export.Exported` for our StableHLO text (one device unless `num_devices`); a
+    LookupError when a dtype of `main` has no jax counterpart."""
+    import jax
+    from jax import export
+    from jax._src.export._export import _module_to_bytecode
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+
+    with mlir.make_ir_context():
+        module = ir.Module.parse(text)
+        in_avals, out_avals = _main_avals(module)
+        serialized = _module_to_bytecode(module)
+    tree = jax.tree_util.tree_structure
+    nothing = (None,) * len(in_avals), (None,) * len(out_avals)
+
+    def no_vjp(*_: Any) -> Any:
+        raise NotImplementedError("tilefoundry modules are not differentiated through jax")
+
+    return export.Exported(
+        fun_name="main",
+        in_tree=tree((tuple(0 for _ in in_avals), {})),
+        in_avals=tuple(in_avals),
+        out_tree=tree(tuple(0 for _ in out_avals)),
+        out_avals=tuple(out_avals),
+        _has_named_shardings=True,
+        _in_named_shardings=nothing[0],
+        _out_named_shardings=nothing[1],
+        in_shardings_hlo=nothing[0],
+        out_shardings_hlo=nothing[1],
+        nr_devices=num_devices,
+        platforms=("cpu",),
+        ordered_effects=(),
+        unordered_effects=(),
+        disabled_safety_checks=(),
+        mlir_module_serialized=serialized,
+        calling_convention_version=10,
+        module_kept_var_idx=tuple(range(len(in_avals))),
+        uses_global_constants=False,
+        _get_vjp=no_vjp,
+    )
+
+
+def jitted(text: str) -> Callable[..., Any]:
+    """`f(*numpy arrays) -> flat list of numpy arrays` running the module on one CPU device
+    through jit's C++ argument path (64-bit dtypes kept: x64 is on around the call when the
+    module uses them)."""
+    import jax
+
+    exported = exported_module(text)
+    call = jax.jit(exported.call)
+    wide = any(a.dtype in _X64_DTYPES for a in (*exported.in_avals, *exported.out_avals))
+    if not wide:
+        return lambda *arrays: [np.asarray(o) for o in call(*arrays)]
+
+    def run(*arrays: Any) -> list[np.ndarray]:
+        with jax.enable_x64(True):
+            return [np.asarray(o) for o in call(*arrays)]
+
+    return run

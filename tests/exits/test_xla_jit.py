@@ -1,0 +1,82 @@
+"""run_xla through jit's C++ argument path (exits/xla_jit.py): our module wrapped as a
+`jax.export.Exported`. The constructor and `_module_to_bytecode` are jax internals, so these tests
+fail loudly when the pinned jax changes them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax", reason="the XLA exit needs jax[lib]")
+
+from jax import export
+
+from tilefoundry.errors import EvalError
+from tilefoundry.exits.stablehlo import emit_stablehlo
+from tilefoundry.exits.xla import run_xla
+from tilefoundry.exits.xla_jit import exported_module, jitted
+from tilefoundry.frontend import parse_source
+
+SOURCE = """
+from tilefoundry.frontend import Tensor, func
+
+
+@func
+def entry(a: Tensor[(4, 3), "f32"], b: Tensor[(3, 2), "f32"], n: Tensor[(2,), "i64"]):
+    return a @ b, n + n
+"""
+
+
+def _entry():
+    return parse_source(SOURCE, "<xla_jit>")["entry"]
+
+
+def test_pinned_jax_exported_fields_are_the_ones_we_fill():
+    """The Exported we build names every field of the pinned jax's dataclass; a jax upgrade that
+    adds, drops or renames one must fail here, not at a user's call."""
+    names = {f.name for f in dataclasses.fields(export.Exported)}
+    assert names == {
+        "fun_name", "in_tree", "in_avals", "out_tree", "out_avals", "_has_named_shardings",
+        "_in_named_shardings", "_out_named_shardings", "in_shardings_hlo", "out_shardings_hlo",
+        "nr_devices", "platforms", "ordered_effects", "unordered_effects",
+        "disabled_safety_checks", "mlir_module_serialized", "calling_convention_version",
+        "module_kept_var_idx", "uses_global_constants", "_get_vjp",
+    }  # fmt: skip
+
+
+def test_exported_avals_come_from_the_module_main():
+    """in/out avals are read off the module's `main` signature (shapes and dtypes, i64 kept)."""
+    exported = exported_module(emit_stablehlo(_entry()))
+    assert [(a.shape, a.dtype.name) for a in exported.in_avals] == [
+        ((4, 3), "float32"), ((3, 2), "float32"), ((2,), "int64"),
+    ]  # fmt: skip
+    assert [(a.shape, a.dtype.name) for a in exported.out_avals] == [
+        ((4, 2), "float32"), ((2,), "int64"),
+    ]  # fmt: skip
+
+
+def test_jitted_module_computes_what_numpy_does():
+    """DESIGN: run_xla returns numpy results shaped like the return type; compared with
+    independent numpy, 64-bit integers not narrowed."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4, 3)).astype(np.float32)
+    b = rng.standard_normal((3, 2)).astype(np.float32)
+    n = np.array([2**40, -3], dtype=np.int64)
+    flat = jitted(emit_stablehlo(_entry()))(a, b, n)
+    np.testing.assert_allclose(flat[0], a @ b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(flat[1], n + n)
+    product, doubled = run_xla(_entry(), a, b, n)
+    assert isinstance(product, np.ndarray) and doubled.dtype == np.int64
+    np.testing.assert_allclose(product, a @ b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(doubled, n + n)
+
+
+def test_wrong_dtype_is_an_eval_error_naming_the_parameter():
+    """Common rules: evaluation-time bad inputs are EvalError, not a raw jax error."""
+    a = np.zeros((4, 3), np.float64)
+    b = np.zeros((3, 2), np.float32)
+    n = np.zeros((2,), np.int64)
+    with pytest.raises(EvalError, match="parameter 'a' is f32"):
+        run_xla(_entry(), a, b, n)
