@@ -9,7 +9,8 @@ caches the executable per shapes, jax.jit per function). Our module is the fused
 
 A second pair of columns times the compiled code alone: the inputs already on the device, our
 module's executable (compiled from `compiled_text` for one CPU device; run_xla itself calls the
-same module through a cached `jax.jit` of a `jax.export.Exported`) called directly and `jax.jit` called on device arrays, each waiting for its result to be ready. The gap
+same module through a cached `jax.jit` of a `jax.export.Exported`) called directly and
+`jax.jit` called on device arrays, each waiting for its result to be ready. The gap
 between the two pairs is the per-call cost of `run_xla` itself (copying arguments in, results
 out), the rest is the quality of the code XLA builds from each module.
 Run: `python benchmarks/execute_xla.py`.
