@@ -16,7 +16,6 @@ import numpy as np
 
 from tilefoundry.errors import EvalError, InternalCompilerError, UnsupportedError, VerifyError
 from tilefoundry.evaluator.boundary import (
-    check_input,
     place_input,
     read_result,
     shape_of,
@@ -26,7 +25,7 @@ from tilefoundry.evaluator.mesh_sim import ShardedCall, run_call, touches_mesh
 from tilefoundry.evaluator.values import scatter
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
-from tilefoundry.ir.hir.signature import Bindings, bind_dim_vars
+from tilefoundry.ir.hir.signature import Bindings, bind_dim_vars, check_arguments
 from tilefoundry.ir.hir.walk import block_operands
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
 from tilefoundry.ir.types.shard import ShardLayout
@@ -252,13 +251,7 @@ def evaluate(fn: Function, *arrays: Any, complete_partials: bool = False) -> Any
         raise EvalError(f"evaluate: expected a hir Function, got {type(fn).__name__}")
     interpreter = Interpreter()
     interpreter.ensure_typed(fn)
-    if len(arrays) != len(fn.params):
-        raise EvalError(
-            f"Function {fn.name}: expected {len(fn.params)} argument(s) "
-            f"({', '.join(p.name for p in fn.params)}), got {len(arrays)}"
-        )
-    checked = [check_input(fn.name, p, a) for p, a in zip(fn.params, arrays, strict=True)]
-    bind_dim_vars(fn.name, fn.params, [a.shape for a in checked])
+    checked, _ = check_arguments(fn.name, fn.params, arrays, "evaluate", carrier=check_dtype)
     pairs = enumerate(zip(fn.params, checked, strict=True))
     placed = [place_input(fn.name, param, array, i) for i, (param, array) in pairs]
     body_fn, result = interpreter.invoke(fn, placed)

@@ -18,27 +18,30 @@ from typing import Any
 
 import numpy as np
 
-from tilefoundry.errors import EvalError, UnsupportedError
+from tilefoundry.errors import EvalError
 from tilefoundry.ir.hir import Function
-from tilefoundry.ir.hir.signature import bind_dim_vars
-from tilefoundry.ir.types import TensorType, TupleType
+from tilefoundry.ir.hir.signature import check_arguments
+from tilefoundry.ir.types import TupleType
 
 _EXECUTABLES: dict[tuple, Any] = {}
+
+
+def check_inputs(
+    fn: Function, arrays: tuple[Any, ...], caller: str = "run_xla"
+) -> tuple[tuple[np.ndarray, ...], dict[str, int]]:
+    """The arguments checked exactly as `evaluate` checks them (count, dtype, shape:
+    `check_arguments`, so a wrong dtype is refused, never reinterpreted) and the DimVar
+    bindings by name, for every exit that runs a function on concrete arrays; `caller` names
+    that exit in errors."""
+    checked, bindings = check_arguments(fn.name, fn.params, arrays, caller)
+    return checked, {var.name: extent for var, extent in bindings.items()}
 
 
 def bind_dims(
     fn: Function, arrays: tuple[np.ndarray, ...], caller: str = "run_xla"
 ) -> dict[str, int]:
-    """DimVar name -> extent read off the argument shapes (the one binding rule,
-    `bind_dim_vars`), for every exit that runs a function on concrete arrays; `caller` names
-    that exit in errors."""
-    if len(arrays) != len(fn.params):
-        raise EvalError(f"{caller}: {fn.name} takes {len(fn.params)} arguments, got {len(arrays)}")
-    for param in fn.params:
-        if not isinstance(param.type, TensorType):
-            raise UnsupportedError(f"{caller}: parameter '{param.name}' is not a tensor")
-    bindings = bind_dim_vars(fn.name, fn.params, [np.shape(a) for a in arrays])
-    return {var.name: extent for var, extent in bindings.items()}
+    """DimVar name -> extent for checked arguments (`check_inputs`)."""
+    return check_inputs(fn, arrays, caller)[1]
 
 
 def _compile(text: str):
@@ -57,13 +60,15 @@ def compiled_text(fn: Function, *arrays: np.ndarray) -> str:
 
 
 def run_xla(fn: Function, *arrays: Any, devices: int | None = None) -> Any:
+    if not isinstance(fn, Function):
+        raise EvalError(f"run_xla: expected a hir Function, got {type(fn).__name__}")
+    arrays, _ = check_inputs(fn, arrays)
     if devices is not None and devices != 1:
         from tilefoundry.exits.spmd.xla import run_spmd
 
-        return run_spmd(fn, tuple(np.asarray(a) for a in arrays), devices, bind_dims)
+        return run_spmd(fn, arrays, devices, bind_dims)
     import jax
 
-    arrays = tuple(np.asarray(a) for a in arrays)
     key = (id(fn), tuple((a.shape, a.dtype.str) for a in arrays))
     executable = _EXECUTABLES.get(key)
     if executable is None:
