@@ -41,6 +41,16 @@ def _dim(text: str) -> tuple[str, int]:
     return name, int(value)
 
 
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
 def _add_program(sub: argparse.ArgumentParser, *, dims: bool = True) -> None:
     sub.add_argument("file", metavar="FILE", help="a DSL file (Python with @func / @module)")
     sub.add_argument("--func", metavar="NAME", help="the function to use: NAME or Module.NAME")
@@ -119,7 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
         "  tilefoundry run examples/mlp.py --inputs x.npy w1.npy b1.npy w2.npy b2.npy\n\n"
         "Inputs are drawn from the parameter types (seeded) unless --inputs gives .npy files.\n"
         "The reference backend runs the fused program and compares it with the unfused one;\n"
-        "the xla backend compares XLA's results with the reference evaluator.",
+        "the xla backend compares XLA's results with the reference evaluator.\n\n"
+        "The oracle judge compares element by element: NaN equals NaN, an infinity must match\n"
+        "exactly, integers exactly, and floats within atol * scale + rtol * |expected|, where\n"
+        "scale is the median magnitude of the expected values (at least 1). Defaults by dtype\n"
+        "(rtol, atol): float64 1e-9, 1e-9; float32 1e-4, 1e-5; float16 1e-2, 1e-2;\n"
+        "bfloat16 5e-2, 5e-2; 8-bit floats 0.25, 0.25. --rtol / --atol override them.",
     )
     _add_program(runner)
     runner.add_argument("--backend", choices=("reference", "xla"), default="reference")
@@ -128,6 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     runner.add_argument("--seed", type=int, default=0, help="seed for inputs and DimVars")
     runner.add_argument("--inputs", nargs="+", metavar="NPY", help="one .npy file per parameter")
+    runner.add_argument(
+        "--rtol", type=_tolerance, metavar="R", help="relative tolerance of the oracle judge"
+    )
+    runner.add_argument(
+        "--atol", type=_tolerance, metavar="A", help="absolute tolerance of the oracle judge"
+    )
     runner.set_defaults(handler=run.run)
 
     report = _command(

@@ -11,7 +11,6 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import dataclass
 
 import numpy as np
 from rich.table import Table
@@ -19,48 +18,16 @@ from rich.table import Table
 from tilefoundry.cli import Disagreement
 from tilefoundry.cli.commands import compile_fn, entry_of
 from tilefoundry.cli.console import progress, stdout_console
+from tilefoundry.cli.judge import judge
 from tilefoundry.cli.program import bind_dims, dim_vars, load_inputs, mesh_devices, random_inputs
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.hir import Function
-
-TOLERANCES = {1: 1e-1, 2: 2e-2, 4: 1e-4, 8: 1e-10}
-"""Normwise relative tolerance by float itemsize: max |diff| <= tol * max(1, max |oracle|).
-Backends sum in different orders, so an elementwise tolerance would fail on values near zero
-that are the difference of large terms; integers and booleans must match exactly."""
-
-
-@dataclass(frozen=True)
-class Agreement:
-    max_abs_diff: float
-    ok: bool
 
 
 def flat_outputs(value) -> list[np.ndarray]:
     if isinstance(value, tuple):
         return [a for v in value for a in flat_outputs(v)]
     return [np.asarray(value)]
-
-
-def agreement(got: list[np.ndarray], want: list[np.ndarray]) -> Agreement:
-    worst, ok = 0.0, True
-    for a, b in zip(got, want, strict=True):
-        if a.shape != b.shape:
-            return Agreement(float("inf"), False)
-        if a.dtype.kind in "fc" or b.dtype.kind in "fc" or a.dtype.kind == "V":
-            tolerance = TOLERANCES.get(min(a.dtype.itemsize, b.dtype.itemsize), 2e-2)
-            a64, b64 = a.astype(np.float64), b.astype(np.float64)
-            if not a64.size:
-                continue
-            diff = float(np.nanmax(np.abs(a64 - b64)))
-            scale = max(1.0, float(np.nanmax(np.abs(b64))))
-            worst = max(worst, diff)
-            same_nans = bool(np.array_equal(np.isnan(a64), np.isnan(b64)))
-            ok = ok and same_nans and diff <= tolerance * scale
-        else:
-            diff = np.abs(a.astype(np.int64) - b.astype(np.int64))
-            worst = max(worst, float(diff.max()) if diff.size else 0.0)
-            ok = ok and bool(np.array_equal(a, b))
-    return Agreement(worst, ok)
 
 
 def _timed(label: str, timings: list[tuple[str, float]], action):
@@ -136,12 +103,12 @@ def run(args: argparse.Namespace) -> int:
         )
         _timed(f"{label}: cached run", timings, lambda: run_xla(fn, *arrays, devices=devices))
 
-    judged = agreement(results, oracle)
+    judged = judge(results, oracle, rtol=args.rtol, atol=args.atol)
     _print_run(args, program.path, fn, bound, devices, arrays, results, judged, fused_note, timings)
     if not judged.ok:
         raise Disagreement(
             f"{args.backend} results disagree with the reference oracle "
-            f"(max |diff| {judged.max_abs_diff:.3g})"
+            f"(max |diff| {judged.max_abs_diff:.3g})\n{judged.summary()}"
         )
     return 0
 
