@@ -12,7 +12,7 @@ from rich.table import Table
 
 from tilefoundry.cli.console import progress, stdout_console
 from tilefoundry.cli.output import check_output_path, write_atomically
-from tilefoundry.cli.program import Program, dim_vars, load_program
+from tilefoundry.cli.program import Program, bind_dims, dim_options, dim_vars, load_program
 from tilefoundry.errors import VerifyError
 from tilefoundry.inspect import format_ir
 from tilefoundry.inspect.shard_view import shape_text, short_type, value_rows
@@ -95,14 +95,17 @@ def show(args: argparse.Namespace) -> int:
 
 def emit(args: argparse.Namespace) -> int:
     from tilefoundry.exits.stablehlo import emit_stablehlo
+    from tilefoundry.passes import verify
 
     if args.portable and not args.output:
         raise VerifyError("emit --portable writes a binary artifact; give -o FILE")
     out = check_output_path(args.output, [args.file]) if args.output else None
     _, fn = entry_of(args)
-    bindings = dict(args.dim) or None
-    if bindings is None:
+    given = dim_options(args.dim)
+    if not given:
         require_static(fn, "StableHLO emission without --dim")
+    bindings = bind_dims(fn, given, None) or None
+    verify(fn)  # a program `check` refuses is never emitted
     with progress(f"emitting StableHLO for {fn.name}"):
         artifact = emit_stablehlo(fn, bindings=bindings, portable=args.portable)
     if out is None:

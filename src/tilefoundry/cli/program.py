@@ -104,14 +104,35 @@ def dim_vars(fn: Function) -> dict[str, Any]:
     return found
 
 
-def bind_dims(fn: Function, given: dict[str, int], rng: np.random.Generator) -> dict[str, int]:
-    """A value for each DimVar: the one given (checked against its envelope) or a seeded draw."""
+def dim_options(pairs: list[tuple[str, int]]) -> dict[str, int]:
+    """The `--dim NAME=INT` options as a dict, refusing a name given twice."""
+    given: dict[str, int] = {}
+    for name, value in pairs:
+        if name in given:
+            raise VerifyError(
+                f"--dim {name} is given twice ({given[name]} and {value}); give each DimVar once"
+            )
+        given[name] = value
+    return given
+
+
+def bind_dims(
+    fn: Function, given: dict[str, int], rng: np.random.Generator | None
+) -> dict[str, int]:
+    """A value for each DimVar: the one given (checked against its envelope) or a seeded draw
+    (without `rng`, every DimVar must be given)."""
     variables = dim_vars(fn)
     unknown = sorted(set(given) - set(variables))
     if unknown:
         raise VerifyError(
             f"Function {fn.name}: --dim names {', '.join(unknown)}, but its parameters use "
             f"{', '.join(variables) or 'no DimVars'}"
+        )
+    missing = [name for name in variables if name not in given]
+    if rng is None and missing:
+        raise VerifyError(
+            f"Function {fn.name}: its parameters use the DimVar(s) {', '.join(variables)}; "
+            f"give --dim for {', '.join(missing)} (e.g. --dim {missing[0]}=128)"
         )
     bound: dict[str, int] = {}
     for name, var in variables.items():

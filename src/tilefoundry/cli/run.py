@@ -19,7 +19,14 @@ from tilefoundry.cli import Disagreement
 from tilefoundry.cli.commands import compile_fn, entry_of
 from tilefoundry.cli.console import progress, stdout_console
 from tilefoundry.cli.judge import judge
-from tilefoundry.cli.program import bind_dims, dim_vars, load_inputs, mesh_devices, random_inputs
+from tilefoundry.cli.program import (
+    bind_dims,
+    dim_options,
+    dim_vars,
+    load_inputs,
+    mesh_devices,
+    random_inputs,
+)
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.hir import Function
 
@@ -74,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     timings.append(("parse + typeinfer", time.perf_counter() - start))
     devices = _devices_for(fn, args.devices, args.backend)
     rng = np.random.default_rng(args.seed)
-    bound = bind_dims(fn, dict(args.dim), rng)
+    bound = bind_dims(fn, dim_options(args.dim), rng)
     arrays = load_inputs(fn, args.inputs) if args.inputs else random_inputs(fn, bound, rng)
 
     oracle = flat_outputs(

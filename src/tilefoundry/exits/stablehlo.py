@@ -21,7 +21,12 @@ from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, select_variant
 from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.ir.lowering.builder import Lowered, Lowering
-from tilefoundry.ir.lowering.mlir_text import check_logical_layout, dense_literal, flat_types
+from tilefoundry.ir.lowering.mlir_text import (
+    check_logical_layout,
+    dense_literal,
+    flat_types,
+    mlir_symbol,
+)
 from tilefoundry.ir.types import TensorType, TupleType, Type, i64, resolve_dim
 from tilefoundry.visitor_registry import STABLEHLO
 
@@ -264,9 +269,10 @@ class _ModuleEmitter:
     def symbol_for(self, fn: Function, bindings: Mapping[Any, int] | None) -> str:
         key = (id(fn), tuple(sorted((str(k), v) for k, v in (bindings or {}).items())))
         if key not in self.symbols:
-            symbol, suffix = fn.name, 1
+            base = mlir_symbol(fn.name, "fn")
+            symbol, suffix = base, 1
             while symbol in self.taken or symbol == "main":
-                symbol, suffix = f"{fn.name}_{suffix}", suffix + 1
+                symbol, suffix = f"{base}_{suffix}", suffix + 1
             self.taken.add(symbol)
             self.symbols[key] = symbol
             self.queue.append((fn, bindings, symbol))
@@ -319,7 +325,8 @@ def emit_stablehlo(
     name); `portable=True` returns the VHLO portable artifact at STABLEHLO_TARGET_VERSION."""
     emitter = _ModuleEmitter()
     if isinstance(obj, Module):
-        text = emitter.emit([(fn, fn.name) for fn in obj.functions], bindings, obj.name)
+        entries = _entry_symbols(obj.functions)
+        text = emitter.emit(entries, bindings, _module_name(obj.name))
     elif isinstance(obj, Function):
         text = emitter.emit([(obj, "main")], bindings, _module_name(obj.name))
     else:
@@ -332,4 +339,19 @@ def emit_stablehlo(
 
 
 def _module_name(name: str) -> str:
-    return "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "tilefoundry"
+    return mlir_symbol(name)
+
+
+def _entry_symbols(functions) -> list[tuple[Function, str]]:
+    """A Module's public functions under their names as symbols, two that mangle alike told
+    apart by a suffix (a public symbol is what a caller looks up, so it stays close to the
+    name)."""
+    entries, taken = [], set()
+    for fn in functions:
+        base = mlir_symbol(fn.name, "fn")
+        symbol, suffix = base, 1
+        while symbol in taken:
+            symbol, suffix = f"{base}_{suffix}", suffix + 1
+        taken.add(symbol)
+        entries.append((fn, symbol))
+    return entries

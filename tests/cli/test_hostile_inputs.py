@@ -1,0 +1,88 @@
+"""Careless and hostile inputs as regression probes (issue 20: "A `tests/` suite of these probes
+as regression tests (a table of inputs -> expected exit code and message fragment), so none of
+them comes back"; done when "no probe in that suite yields exit 2, a traceback, a hang, a
+segfault or a changed input file").
+
+Each probe writes one program, runs one command on it, and checks the exit status, a fragment
+of the output (stderr for a refusal, stdout for a success) and that the program file is
+byte-for-byte unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+HEAD = """\
+from tilefoundry import DimVar, Tensor, func
+from tilefoundry.dsl import tf
+"""
+
+PROGRAMS = {
+    "ok": HEAD
+    + """
+@func
+def f(x: Tensor[(4,), "f32"]) -> Tensor[(4,), "f32"]:
+    return tf.exp(x)
+""",
+    "huge_dim": HEAD
+    + """
+@func
+def f(x: Tensor[(2**63,), "f32"]) -> Tensor[(2**63,), "f32"]:
+    return tf.exp(x)
+""",
+    "unicode_name": HEAD
+    + """
+@func
+def 函数(x: Tensor[(4,), "f32"]) -> Tensor[(4,), "f32"]:
+    return tf.exp(x)
+""",
+    "dimvar": HEAD
+    + """
+N = DimVar("N", 1, 64)
+
+@func
+def f(x: Tensor[(N,), "f32"]) -> Tensor[(N,), "f32"]:
+    return tf.exp(x)
+""",
+}
+
+PROBES = [
+    # (id, program, argv after the command's FILE, exit status, fragment)
+    ("emit verifies first", "huge_dim", ["emit"], 1, "dimension-product overflow"),
+    ("emit mangles a non-ASCII name", "unicode_name", ["emit"], 0, "module @_U51FD__U6570_ "),
+    ("emit --dim of an unknown DimVar", "ok", ["emit", "--dim", "N=5"], 1, "--dim names N"),
+    ("emit --dim of another DimVar", "dimvar", ["emit", "--dim", "M=5"], 1, "--dim names M"),
+    ("emit --dim twice", "dimvar", ["emit", "--dim", "N=5", "--dim", "N=6"], 1, "given twice"),
+    ("emit --dim outside the range", "dimvar", ["emit", "--dim", "N=0"], 1, "outside N's range"),
+    ("emit without a needed --dim", "dimvar", ["emit"], 1, "needs static shapes"),
+    ("emit --dim binds", "dimvar", ["emit", "--dim", "N=5"], 0, "tensor<5xf32>"),
+    ("emit onto the program", "ok", ["emit", "-o", "{file}"], 1, "is the input file"),
+    ("report onto the program", "ok", ["report", "-o", "{file}"], 1, "is the input file"),
+    ("emit into a missing dir", "ok", ["emit", "-o", "{tmp}/no/x.mlir"], 1, "does not exist"),
+    ("emit onto a directory", "ok", ["emit", "-o", "{tmp}"], 1, "is a directory"),
+    ("run with a negative rtol", "ok", ["run", "--rtol", "-1"], 1, "finite number >= 0"),
+    ("run with a NaN atol", "ok", ["run", "--atol", "nan"], 1, "finite number >= 0"),
+    ("run run --inputs all NaN", "ok", ["run", "--inputs", "{nan}"], 0, "agrees"),
+    ("run run --inputs all -inf", "ok", ["run", "--inputs", "{ninf}"], 0, "agrees"),
+]
+
+
+@pytest.mark.parametrize(
+    ("program", "argv", "status", "fragment"),
+    [p[1:] for p in PROBES],
+    ids=[p[0] for p in PROBES],
+)
+def test_probe(cli, write_program, tmp_path, program, argv, status, fragment):
+    path = write_program("probe.py", PROGRAMS[program])
+    nan, ninf = tmp_path / "nan.npy", tmp_path / "ninf.npy"
+    np.save(nan, np.full(4, np.nan, np.float32))
+    np.save(ninf, np.full(4, -np.inf, np.float32))
+    places = {"file": path, "tmp": str(tmp_path), "nan": str(nan), "ninf": str(ninf)}
+    command, *rest = argv
+    done = cli(command, path, *(a.format(**places) for a in rest))
+    shown = done.stdout if status == 0 else done.stderr
+    assert done.returncode == status, (done.stdout, done.stderr)
+    assert fragment in shown, shown
+    assert "Traceback" not in done.stderr
+    with open(path, encoding="utf-8") as handle:
+        assert handle.read() == PROGRAMS[program]
