@@ -9,8 +9,13 @@ byte-for-byte unchanged."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+
 import numpy as np
 import pytest
+
+from cli.conftest import command as cli_command
 
 HEAD = """\
 from tilefoundry import DimVar, Tensor, func
@@ -44,7 +49,12 @@ N = DimVar("N", 1, 64)
 def f(x: Tensor[(N,), "f32"]) -> Tensor[(N,), "f32"]:
     return tf.exp(x)
 """,
+    "exits_0": HEAD + "import sys\nsys.exit(0)\n",
+    "raises_interrupt": HEAD + "raise KeyboardInterrupt\n",
+    "raises_base": HEAD + "class Stop(BaseException):\n    pass\n\nraise Stop('now')\n",
 }
+
+LOADING = "Module probe.py: the program "
 
 PROBES = [
     # (id, program, argv after the command's FILE, exit status, fragment)
@@ -64,6 +74,9 @@ PROBES = [
     ("run with a NaN atol", "ok", ["run", "--atol", "nan"], 1, "finite number >= 0"),
     ("run run --inputs all NaN", "ok", ["run", "--inputs", "{nan}"], 0, "agrees"),
     ("run run --inputs all -inf", "ok", ["run", "--inputs", "{ninf}"], 0, "agrees"),
+    ("the file's sys.exit(0)", "exits_0", ["check"], 1, "py:4:1: error: " + LOADING + "called"),
+    ("the file's Ctrl-C", "raises_interrupt", ["run"], 1, "py:3:1: error: " + LOADING + "raised"),
+    ("the file's BaseException", "raises_base", ["show"], 1, LOADING + "raised Stop: now"),
 ]
 
 
@@ -86,3 +99,35 @@ def test_probe(cli, write_program, tmp_path, program, argv, status, fragment):
     assert "Traceback" not in done.stderr
     with open(path, encoding="utf-8") as handle:
         assert handle.read() == PROGRAMS[program]
+
+
+def test_validate_usage_mistakes_exit_1_like_every_other_command(cli):
+    done = cli("validate", "--bogus-flag")
+    assert done.returncode == 1
+    assert "unrecognized arguments: --bogus-flag" in done.stderr
+
+
+SLOW = (
+    HEAD
+    + """
+import sys
+import time
+
+print("loading", file=sys.stderr, flush=True)
+time.sleep(60)
+"""
+)
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_ctrl_c_exits_130_with_one_line(write_program, command):
+    """Issue 20: "Ctrl-C at any point exits 130 with one line, no traceback, no segfault"."""
+    path = write_program("slow.py", SLOW)
+    child = subprocess.Popen(
+        [*cli_command(), command, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert child.stderr.readline() == "loading\n"
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 130, err
+    assert err == "interrupted\n"

@@ -10,35 +10,69 @@ from __future__ import annotations
 
 import linecache
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
 from tilefoundry.errors import EvalError, InternalCompilerError, VerifyError
 
 TRACEBACK_ENV = "TILEFOUNDRY_TRACEBACK"
+INTERRUPTED = 130
+"""The exit status of a command ended by Ctrl-C (128 + SIGINT, as shells report it)."""
 
 
 class Disagreement(Exception):
     """A backend's results differ from the reference oracle: a compiler bug, not a user error."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C reached the command (its SIGINT handler raised this), as opposed to a
+    KeyboardInterrupt that a DSL file raises itself, which is that file's error."""
+
+
+def _on_sigint(signum, frame) -> None:
+    raise Interrupted()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command. Run as the process's entry (`argv` None), an interrupt ends the process at
+    once with status 130: tearing down the interpreter while XLA threads still run can crash."""
+    try:
+        previous = signal.signal(signal.SIGINT, _on_sigint)
+    except ValueError:  # not the main thread: leave the handler alone
+        previous = None
+    try:
+        status = _guarded(lambda: _dispatch(list(sys.argv[1:] if argv is None else argv)))
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    if status == INTERRUPTED and argv is None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(INTERRUPTED)
+    return status
+
+
+def _dispatch(args_list: list[str]) -> int:
     from tilefoundry.cli.parser import build_parser
 
-    args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["validate"]:
         # The validator owns its flags (and its --help); pass them through untouched.
         from tilefoundry.evaluator.validate import main as validate_main
 
-        return _guarded(lambda: validate_main(args_list[1:]))
+        try:
+            return validate_main(args_list[1:])
+        except SystemExit as done:
+            # argparse exits 2 on a usage mistake; here usage mistakes are 1 (2 is our bugs)
+            return 1 if done.code == 2 else done.code or 0
     args = build_parser().parse_args(args_list)
-    return _guarded(lambda: args.handler(args))
+    return args.handler(args)
 
 
 def _guarded(action) -> int:
-    import numpy as np
-
     try:
+        import numpy as np
+
         # Floating-point warnings (inf - inf in a summary, log of a negative input) are not the
         # command's output: NaN and inf show in the results tables and the oracle judges them.
         with np.errstate(all="ignore"):
@@ -57,7 +91,7 @@ def _guarded(action) -> int:
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     except Exception as err:  # the boundary: whatever escapes is reported, not dumped
         if os.environ.get(TRACEBACK_ENV):
             raise

@@ -15,8 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from tilefoundry.cli import Interrupted
 from tilefoundry.errors import VerifyError
 from tilefoundry.frontend import parse_source
+from tilefoundry.frontend.source import program_exit_error
 from tilefoundry.ir.core import Module, SourceSpan
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.types import TensorType, is_static
@@ -84,7 +86,12 @@ def load_program(path: str) -> Program:
         raise VerifyError(
             f"{path}: cannot read the file ({reason})", location=SourceSpan(path, 1, 1)
         ) from None
-    namespace = parse_source(text, path)
+    try:
+        namespace = parse_source(text, path)
+    except KeyboardInterrupt as err:
+        if isinstance(err, Interrupted):
+            raise
+        raise program_exit_error(err, path) from None  # the file raised it, not Ctrl-C
     objects = {
         key: value
         for key, value in namespace.items()

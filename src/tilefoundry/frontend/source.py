@@ -46,7 +46,26 @@ def parse_source(
         raise
     except Exception as err:
         raise _classify(err, filename) from None
+    except KeyboardInterrupt:
+        raise  # Ctrl-C, or the program's own: only the caller can tell (the CLI does)
+    except BaseException as err:  # SystemExit (sys.exit), a bare BaseException subclass
+        raise program_exit_error(err, filename) from None
     return scope
+
+
+def program_exit_error(err: BaseException, filename: str) -> VerifyError:
+    """The program's own error for a BaseException its top level raised: a DSL file is executed
+    to define its functions, so `sys.exit()` there must not end (or decide the verdict of) the
+    command that reads it."""
+    if isinstance(err, SystemExit):
+        what = f"called sys.exit({err.code!r})"
+    else:
+        what = f"raised {type(err).__name__}" + (f": {err}" if str(err) else "")
+    return VerifyError(
+        f"Module {Path(filename).name}: the program {what} while it was being loaded; a DSL "
+        "file runs to define its functions and must not exit or interrupt itself, so remove it",
+        location=_program_line(err, filename) or SourceSpan(filename, 1, 1),
+    )
 
 
 def _program_line(err: Exception, filename: str) -> SourceSpan | None:
