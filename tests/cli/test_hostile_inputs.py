@@ -9,6 +9,7 @@ byte-for-byte unchanged."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 
@@ -49,6 +50,28 @@ N = DimVar("N", 1, 64)
 def f(x: Tensor[(N,), "f32"]) -> Tensor[(N,), "f32"]:
     return tf.exp(x)
 """,
+    "zero_dim": HEAD
+    + """
+@func
+def f(x: Tensor[(0, 4), "f32"]) -> Tensor[(0, 4), "f32"]:
+    return tf.exp(x) + x
+""",
+    "tera": HEAD
+    + """
+@func
+def f(x: Tensor[(10**12,), "f32"]) -> Tensor[(10**12,), "f32"]:
+    return tf.exp(x)
+""",
+    "tera_zeros": HEAD
+    + """
+@func
+def f(x: Tensor[(4,), "f32"]):
+    return tf.zeros((10**6, 10**6), "f32")
+""",
+    "bom": "\ufeff" + HEAD + "\n@func\ndef f(x: Tensor[(4,), 'f32']):\n    return x\n",
+    "latin1_cookie": "# -*- coding: latin-1 -*-\n"
+    + HEAD
+    + "\n@func\ndef f(x: Tensor[(4,), 'f32']):\n    return x\n",
     "exits_0": HEAD + "import sys\nsys.exit(0)\n",
     "raises_interrupt": HEAD + "raise KeyboardInterrupt\n",
     "raises_base": HEAD + "class Stop(BaseException):\n    pass\n\nraise Stop('now')\n",
@@ -74,6 +97,26 @@ PROBES = [
     ("run with a NaN atol", "ok", ["run", "--atol", "nan"], 1, "finite number >= 0"),
     ("run run --inputs all NaN", "ok", ["run", "--inputs", "{nan}"], 0, "agrees"),
     ("run run --inputs all -inf", "ok", ["run", "--inputs", "{ninf}"], 0, "agrees"),
+    (
+        "zero-size dims at run",
+        "zero_dim",
+        ["run"],
+        1,
+        "py:5:7: error: compile: Function f: parameter 'x' has the zero-size type",
+    ),
+    ("zero-size dims at show --fused", "zero_dim", ["show", "--fused"], 1, "zero-size type"),
+    ("10**12 elements at run", "tera", ["run"], 1, "error: run: Function f needs about 7.3 TiB"),
+    ("zeros of 10**12", "tera_zeros", ["run"], 1, "Function f needs about 3.6 TiB"),
+    ("a UTF-8 BOM", "bom", ["check"], 0, "ok (1 function(s)"),
+    ("a latin-1 coding cookie", "latin1_cookie", ["check"], 0, "ok (1 function(s)"),
+    (
+        "a lying .npy header",
+        "ok",
+        ["run", "--inputs", "{liar}"],
+        1,
+        "header claims a float32 array of shape (1000000000000,)",
+    ),
+    ("a FIFO as --inputs", "ok", ["run", "--inputs", "{fifo}"], 1, "not a regular file"),
     ("the file's sys.exit(0)", "exits_0", ["check"], 1, "py:4:1: error: " + LOADING + "called"),
     ("the file's Ctrl-C", "raises_interrupt", ["run"], 1, "py:3:1: error: " + LOADING + "raised"),
     ("the file's BaseException", "raises_base", ["show"], 1, LOADING + "raised Stop: now"),
@@ -90,7 +133,11 @@ def test_probe(cli, write_program, tmp_path, program, argv, status, fragment):
     nan, ninf = tmp_path / "nan.npy", tmp_path / "ninf.npy"
     np.save(nan, np.full(4, np.nan, np.float32))
     np.save(ninf, np.full(4, -np.inf, np.float32))
+    liar, fifo = tmp_path / "liar.npy", tmp_path / "fifo.npy"
+    _write_lying_npy(liar)
+    os.mkfifo(fifo)
     places = {"file": path, "tmp": str(tmp_path), "nan": str(nan), "ninf": str(ninf)}
+    places |= {"liar": str(liar), "fifo": str(fifo)}
     command, *rest = argv
     done = cli(command, path, *(a.format(**places) for a in rest))
     shown = done.stdout if status == 0 else done.stderr
@@ -131,3 +178,21 @@ def test_ctrl_c_exits_130_with_one_line(write_program, command):
     _, err = child.communicate(timeout=60)
     assert child.returncode == 130, err
     assert err == "interrupted\n"
+
+
+def _write_lying_npy(path) -> None:
+    """A 128-byte .npy whose header claims 10**12 float32 elements."""
+    with open(path, "wb") as handle:
+        np.lib.format.write_array_header_1_0(
+            handle, {"descr": "<f4", "fortran_order": False, "shape": (10**12,)}
+        )
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "fifo"])
+def test_a_device_or_fifo_as_the_program_is_refused_not_read(cli, tmp_path, path):
+    if path == "fifo":
+        path = str(tmp_path / "prog.py")
+        os.mkfifo(path)
+    done = cli("check", path)
+    assert done.returncode == 1
+    assert "cannot read the file (not a regular file" in done.stderr

@@ -106,11 +106,23 @@ def user_error_text(err: VerifyError | EvalError) -> str:
     if location is None:
         return f"error: {message}"
     head = f"{location.file}:{location.line}:{location.col}: error: {message}"
-    source = linecache.getline(location.file, location.line).rstrip("\n")
+    source = _source_line(location.file, location.line)
     if not source:
         return head
     caret = " " * (max(location.col, 1) - 1) + "^"
     return f"{head}\n  {source}\n  {caret}"
+
+
+def _source_line(file: str, line: int) -> str:
+    """The line to quote, read only from a program already loaded or a small regular file (an
+    error about a FIFO or /dev/zero given as FILE must not read it)."""
+    if file not in linecache.cache:
+        try:
+            if not os.path.isfile(file) or os.path.getsize(file) > 64 * 2**20:
+                return ""
+        except OSError:
+            return ""
+    return linecache.getline(file, line).rstrip("\n")
 
 
 def internal_error_text(err: Exception) -> str:

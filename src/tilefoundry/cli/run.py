@@ -29,6 +29,7 @@ from tilefoundry.cli.program import (
 )
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.hir import Function
+from tilefoundry.ir.hir.footprint import check_memory
 
 
 def flat_outputs(value) -> list[np.ndarray]:
@@ -82,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     devices = _devices_for(fn, args.devices, args.backend)
     rng = np.random.default_rng(args.seed)
     bound = bind_dims(fn, dim_options(args.dim), rng)
+    check_memory(fn, bound, "run")  # before any input is drawn
     arrays = load_inputs(fn, args.inputs) if args.inputs else random_inputs(fn, bound, rng)
 
     oracle = flat_outputs(

@@ -25,6 +25,7 @@ from tilefoundry.evaluator.mesh_sim import ShardedCall, run_call, touches_mesh
 from tilefoundry.evaluator.values import scatter
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
+from tilefoundry.ir.hir.footprint import check_memory
 from tilefoundry.ir.hir.signature import Bindings, bind_dim_vars, check_arguments
 from tilefoundry.ir.hir.walk import block_operands
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
@@ -251,7 +252,8 @@ def evaluate(fn: Function, *arrays: Any, complete_partials: bool = False) -> Any
         raise EvalError(f"evaluate: expected a hir Function, got {type(fn).__name__}")
     interpreter = Interpreter()
     interpreter.ensure_typed(fn)
-    checked, _ = check_arguments(fn.name, fn.params, arrays, "evaluate", carrier=check_dtype)
+    checked, bindings = check_arguments(fn.name, fn.params, arrays, "evaluate", check_dtype)
+    check_memory(fn, bindings, "evaluate")
     pairs = enumerate(zip(fn.params, checked, strict=True))
     placed = [place_input(fn.name, param, array, i) for i, (param, array) in pairs]
     body_fn, result = interpreter.invoke(fn, placed)

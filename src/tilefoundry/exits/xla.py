@@ -20,6 +20,7 @@ import numpy as np
 
 from tilefoundry.errors import EvalError
 from tilefoundry.ir.hir import Function
+from tilefoundry.ir.hir.footprint import check_memory
 from tilefoundry.ir.hir.signature import check_arguments
 from tilefoundry.ir.types import TupleType
 
@@ -62,7 +63,8 @@ def compiled_text(fn: Function, *arrays: np.ndarray) -> str:
 def run_xla(fn: Function, *arrays: Any, devices: int | None = None) -> Any:
     if not isinstance(fn, Function):
         raise EvalError(f"run_xla: expected a hir Function, got {type(fn).__name__}")
-    arrays, _ = check_inputs(fn, arrays)
+    arrays, bindings = check_inputs(fn, arrays)
+    check_memory(fn, bindings, "run_xla")
     if devices is not None and devices != 1:
         from tilefoundry.exits.spmd.xla import run_spmd
 
