@@ -196,3 +196,46 @@ def test_a_device_or_fifo_as_the_program_is_refused_not_read(cli, tmp_path, path
     done = cli("check", path)
     assert done.returncode == 1
     assert "cannot read the file (not a regular file" in done.stderr
+
+
+def _deep_programs() -> dict[str, str]:
+    fn = '@func\ndef f(x: Tensor[(4,), "f32"]) -> Tensor[(4,), "f32"]:\n'
+    calls = '@func\ndef g0(x: Tensor[(4,), "f32"]) -> Tensor[(4,), "f32"]:\n    return x + x\n'
+    for i in range(1, 1000):
+        calls += f'\n@func\ndef g{i}(x: Tensor[(4,), "f32"]) -> Tensor[(4,), "f32"]:\n'
+        calls += f"    return g{i - 1}(x) + x\n"
+    return {
+        "adds": HEAD + fn + "    return " + " + ".join(["x"] * 5000) + "\n",
+        "negs": HEAD + fn + "    return " + "-" * 5000 + "x\n",
+        "statements": HEAD + fn + "    x = x + x\n" * 1000 + "    return x\n",
+        "calls": HEAD + calls,
+    }
+
+
+DEEP = [
+    # (program, command): issue 20 "deep programs ... all RecursionError. Walks must not depend
+    # on Python's recursion limit"
+    ("adds", ["check"]),
+    ("adds", ["run"]),
+    ("adds", ["emit"]),
+    ("negs", ["show"]),
+    ("statements", ["show", "--fused"]),
+    ("calls", ["check"]),
+    ("calls", ["run"]),
+    ("calls", ["show", "--fused"]),
+]
+
+
+@pytest.mark.parametrize(("program", "argv"), DEEP, ids=[f"{p}-{' '.join(a)}" for p, a in DEEP])
+def test_deep_programs_need_no_recursion_limit(cli, write_program, program, argv):
+    path = write_program("deep.py", _deep_programs()[program])
+    done = cli(argv[0], path, *argv[1:])
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+
+
+def test_xla_refuses_call_chains_its_compiler_crashes_on(cli, write_program):
+    path = write_program("deep.py", _deep_programs()["calls"])
+    done = cli("run", path, "--backend", "xla")
+    assert done.returncode == 1, done.stderr
+    assert "nests @func calls 1000 deep" in done.stderr

@@ -9,6 +9,7 @@ is a chain of frames; a node is memoised in the innermost frame whose loop varia
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,10 +28,13 @@ from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
 from tilefoundry.ir.hir.footprint import check_memory
 from tilefoundry.ir.hir.signature import Bindings, bind_dim_vars, check_arguments
-from tilefoundry.ir.hir.walk import block_operands
+from tilefoundry.ir.hir.walk import block_operands, call_depth
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
 from tilefoundry.ir.types.shard import ShardLayout
 from tilefoundry.visitor_registry import EVAL, TypeInferContext
+
+FRAMES_PER_CALL = 8
+"""Python frames one level of nested @func calls takes in the evaluator (with room to spare)."""
 
 
 class _Frame:
@@ -256,7 +260,15 @@ def evaluate(fn: Function, *arrays: Any, complete_partials: bool = False) -> Any
     check_memory(fn, bindings, "evaluate")
     pairs = enumerate(zip(fn.params, checked, strict=True))
     placed = [place_input(fn.name, param, array, i) for i, (param, array) in pairs]
-    body_fn, result = interpreter.invoke(fn, placed)
+    # A call evaluates its callee's body in a nested activation, a few Python frames per level
+    # of nesting; those frames are inlined by CPython (no C stack), so the limit is raised to
+    # what the program's call depth needs (expressions themselves are walked iteratively).
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(previous, previous + FRAMES_PER_CALL * call_depth(fn)))
+    try:
+        body_fn, result = interpreter.invoke(fn, placed)
+    finally:
+        sys.setrecursionlimit(previous)
     return read_result(
         result,
         body_fn.body.type,

@@ -18,13 +18,16 @@ from typing import Any
 
 import numpy as np
 
-from tilefoundry.errors import EvalError
+from tilefoundry.errors import EvalError, UnsupportedError
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.hir.footprint import check_memory
 from tilefoundry.ir.hir.signature import check_arguments
+from tilefoundry.ir.hir.walk import call_depth
 from tilefoundry.ir.types import TupleType
 
 _EXECUTABLES: dict[tuple, Any] = {}
+MAX_CALL_DEPTH = 128
+"""Nested calls XLA compiles safely (its CPU compiler segfaults between 160 and 200 levels)."""
 
 
 def check_inputs(
@@ -65,6 +68,14 @@ def run_xla(fn: Function, *arrays: Any, devices: int | None = None) -> Any:
         raise EvalError(f"run_xla: expected a hir Function, got {type(fn).__name__}")
     arrays, bindings = check_inputs(fn, arrays)
     check_memory(fn, bindings, "run_xla")
+    depth = call_depth(fn)
+    if depth > MAX_CALL_DEPTH:
+        raise UnsupportedError(
+            f"run_xla: Function {fn.name} nests @func calls {depth} deep; XLA's compiler "
+            f"crashes on call chains of about 200 (measured with jaxlib 0.10.2), so this exit "
+            f"takes at most {MAX_CALL_DEPTH}; merge some functions, or run it on the reference "
+            "backend"
+        )
     if devices is not None and devices != 1:
         from tilefoundry.exits.spmd.xla import run_spmd
 

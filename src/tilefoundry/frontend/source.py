@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tilefoundry.errors import InternalCompilerError, TileFoundryError, VerifyError
+from tilefoundry.frontend.depth import with_python_compiler_room
 from tilefoundry.ir.core import SourceSpan
 
 PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
@@ -30,7 +31,9 @@ def parse_source(
     scope: dict[str, Any] = {"__name__": "__tilefoundry_source__"}
     scope.update(namespace or {})
     try:
-        code = compile(text, filename, "exec", dont_inherit=True)
+        code = with_python_compiler_room(
+            lambda: compile(text, filename, "exec", dont_inherit=True), SourceSpan(filename, 1, 1)
+        )
     except SyntaxError as err:
         raise VerifyError(
             f"Module {Path(filename).name}: invalid syntax: {err.msg}",

@@ -17,7 +17,7 @@ from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
 from tilefoundry.ir.hir.signature import type_mismatch
-from tilefoundry.ir.hir.walk import all_operands
+from tilefoundry.ir.hir.walk import all_operands, callees_first
 from tilefoundry.ir.types import TensorType, TupleType, Type, UnitType, tensor_fields
 from tilefoundry.ir.types.shard import Layout
 from tilefoundry.passes.fusion_rules import fusion_kind
@@ -59,9 +59,16 @@ class _Verifier:
         self.done: set[Function] = set()
 
     def function(self, fn: Function) -> None:
+        """Check `fn` and every Function it calls, callees first (a chain of nested calls costs
+        no recursion per level)."""
         if fn in self.done:
             return
-        self.done.add(fn)
+        for each in callees_first(fn):
+            if each not in self.done:
+                self.done.add(each)
+                self._function(each)
+
+    def _function(self, fn: Function) -> None:
         where = f"Function {fn.name}"
         for param in fn.params:
             self.check_type(param, param.type, f"{where}: parameter '{param.name}'")
