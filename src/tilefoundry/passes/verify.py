@@ -22,7 +22,7 @@ from tilefoundry.ir.types import TensorType, TupleType, Type, UnitType, tensor_f
 from tilefoundry.ir.types.shard import Layout
 from tilefoundry.passes.fusion_rules import fusion_kind
 from tilefoundry.passes.graph import post_order
-from tilefoundry.passes.legalize import adopted_literals, implicitly_broadcast
+from tilefoundry.passes.legalize import adopted_literals
 from tilefoundry.passes.region_check import check_region
 from tilefoundry.visitor_registry import FusionKind, TypeInferContext, describe
 
@@ -195,7 +195,7 @@ class _Verifier:
 
     def explicit_only(self, call: Call, what: str) -> None:
         """Tensor tier: what legalize makes explicit must not reappear."""
-        broadcast = implicitly_broadcast(call)
+        broadcast = _reshaped_operands(call)
         if broadcast:
             fail(call, f"{what}: implicit broadcast of operand {broadcast[0]} in the tensor "
                  "tier; legalize inserts broadcastto")  # fmt: skip
@@ -279,6 +279,21 @@ class _FreeVars:
 
     def of_all(self, roots: tuple[Expr, ...]) -> frozenset[Var]:
         return frozenset().union(*(self.of(r) for r in roots))
+
+
+def _reshaped_operands(call: Call) -> tuple[int, ...]:
+    """The positions of an elementwise call's tensor operands whose shape is not the result's:
+    an implicit broadcast. Read off the shapes alone, not through legalize's access-relation
+    reading, so the checker does not share a blind spot with the pass it checks (a same-rank
+    broadcast such as f32[4,8] + f32[1,8] is one)."""
+    out = call.type
+    if fusion_kind(call) != FusionKind.ELEMENTWISE or not isinstance(out, TensorType):
+        return ()
+    return tuple(
+        i
+        for i, arg in enumerate(call.args)
+        if isinstance(arg.type, TensorType) and tuple(arg.type.shape) != tuple(out.shape)
+    )
 
 
 def _arity(type_: Type) -> int:
