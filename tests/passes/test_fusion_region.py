@@ -92,7 +92,22 @@ def test_user_errors_stay_verify_errors_and_debug_prints_the_ir(capsys):
 
 
 def test_verify_walks_into_called_regions_and_tuple_get_item():
+    """The verifier checks a region's body through its call and a TupleGetItem of it: the valid
+    program verifies, and one broken op inside the region body is found there."""
     fn, _ = two_output_program()
     first = Call(TupleGetItem(index=0), (fn.body,))
     typed(first)
-    verify(function("g", fn.params, first))
+    good = function("g", fn.params, first)
+    assert verify(good) is good
+
+    def broken(a, b):
+        total = binary("add", a, b)
+        scaled = Call(Binary(kind=BinaryKind.MUL), (total, a))
+        scaled.stamp_type(TensorType((8,), f64))  # a type its rule does not give
+        return [total, scaled], [total, scaled]
+
+    x, y = Var("x", T8), Var("y", T8)
+    call, _ = region_call(broken, (x, y))
+    item = typed(Call(TupleGetItem(index=1), (call,)))
+    with pytest.raises(VerifyError, match=r"Binary: declared type f64\[8\].*follow its rule"):
+        verify(function("g", (x, y), item))
