@@ -117,6 +117,7 @@ PROBES = [
         "header claims a float32 array of shape (1000000000000,)",
     ),
     ("a FIFO as --inputs", "ok", ["run", "--inputs", "{fifo}"], 1, "not a regular file"),
+    ("run --seed -1", "ok", ["run", "--seed", "-1"], 1, "expected an integer >= 0"),
     ("the file's sys.exit(0)", "exits_0", ["check"], 1, "py:4:1: error: " + LOADING + "called"),
     ("the file's Ctrl-C", "raises_interrupt", ["run"], 1, "py:3:1: error: " + LOADING + "raised"),
     ("the file's BaseException", "raises_base", ["show"], 1, LOADING + "raised Stop: now"),
@@ -239,3 +240,17 @@ def test_xla_refuses_call_chains_its_compiler_crashes_on(cli, write_program):
     done = cli("run", path, "--backend", "xla")
     assert done.returncode == 1, done.stderr
     assert "nests @func calls 1000 deep" in done.stderr
+
+
+def test_markup_in_a_path_is_printed_as_written(cli, write_program):
+    """Issue 20: names or paths holding rich markup were silently rewritten (or crashed)."""
+    path = write_program("p[bold]q[red].py", PROGRAMS["ok"])
+    done = cli("run", path)
+    assert done.returncode == 0, done.stderr
+    assert "p[bold]q[red].py" in done.stdout
+
+
+def test_an_ansi_escape_in_a_path_does_not_reach_the_terminal(cli, tmp_path):
+    done = cli("check", str(tmp_path / "a\x1b[31mred.py"))
+    assert done.returncode == 1
+    assert "\x1b" not in done.stderr and "a\\x1b[31mred.py: no such file" in done.stderr

@@ -53,6 +53,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return status
 
 
+def visible(text: str) -> str:
+    """`text` with control characters other than newline and tab spelled as escapes: a path
+    holding an ANSI escape must not drive the user's terminal."""
+    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
+
+
 def _dispatch(args_list: list[str]) -> int:
     from tilefoundry.cli.parser import build_parser
 
@@ -78,7 +84,7 @@ def _guarded(action) -> int:
         with np.errstate(all="ignore"):
             return action()
     except (VerifyError, EvalError) as err:
-        print(user_error_text(err), file=sys.stderr)
+        print(visible(user_error_text(err)), file=sys.stderr)
         return 1
     except ModuleNotFoundError as err:
         if os.environ.get(TRACEBACK_ENV) or err.name not in ("jax", "jaxlib"):
@@ -95,7 +101,7 @@ def _guarded(action) -> int:
     except Exception as err:  # the boundary: whatever escapes is reported, not dumped
         if os.environ.get(TRACEBACK_ENV):
             raise
-        print(internal_error_text(err), file=sys.stderr)
+        print(visible(internal_error_text(err)), file=sys.stderr)
         return 2
 
 

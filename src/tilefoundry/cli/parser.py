@@ -44,6 +44,12 @@ def _dim(text: str) -> tuple[str, int]:
     return name, int(value)
 
 
+def _seed(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return int(text)
+
+
 def _tolerance(text: str) -> float:
     try:
         value = float(text)
@@ -144,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     runner.add_argument(
         "--devices", type=int, metavar="N", help="devices for a sharded program (its mesh size)"
     )
-    runner.add_argument("--seed", type=int, default=0, help="seed for inputs and DimVars")
+    runner.add_argument("--seed", type=_seed, default=0, help="seed for inputs and DimVars")
     runner.add_argument("--inputs", nargs="+", metavar="NPY", help="one .npy file per parameter")
     runner.add_argument(
         "--rtol", type=_tolerance, metavar="R", help="relative tolerance of the oracle judge"

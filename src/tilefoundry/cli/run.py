@@ -17,7 +17,7 @@ from rich.table import Table
 
 from tilefoundry.cli import Disagreement
 from tilefoundry.cli.commands import compile_fn, entry_of
-from tilefoundry.cli.console import progress, stdout_console
+from tilefoundry.cli.console import plain, progress, stdout_console
 from tilefoundry.cli.judge import judge
 from tilefoundry.cli.program import (
     bind_dims,
@@ -143,7 +143,7 @@ def _summary_table(title: str, names: list[str], arrays: list[np.ndarray]) -> Ta
 def _print_run(args, path, fn, bound, devices, arrays, results, judged, fused_note, timings):
     console = stdout_console()
     where = f"{args.backend}" + (f" on {devices} devices" if devices else "")
-    console.print(f"run @{fn.name} from {path} on {where} (seed {args.seed})")
+    console.print(f"run @{plain(fn.name)} from {plain(path)} on {where} (seed {args.seed})")
     if bound:
         picked = ", ".join(f"{k}={v}" for k, v in bound.items())
         console.print(f"DimVars: {picked}" + ("" if args.dim else " (drawn from the seed)"))
