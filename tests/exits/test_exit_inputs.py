@@ -63,3 +63,18 @@ def test_run_xla_on_good_inputs_still_agrees_with_numpy():
     x = np.arange(1, 5, dtype=np.float32)
     np.testing.assert_array_equal(run_xla(doubled(), x), x + x)
     np.testing.assert_array_equal(run_xla(doubled_n(), x[:3]), x[:3] + x[:3])
+
+
+def test_the_executable_cache_is_bounded():
+    """Issue 20: run_xla's cache held every function ever run (a program re-parsed in a loop
+    grew memory without bound)."""
+    from tilefoundry.exits import xla
+
+    x = np.ones(4, np.float32)
+    for _ in range(xla.CACHED_EXECUTABLES + 5):
+        run_xla(doubled(), x)
+    assert len(xla._EXECUTABLES) == xla.CACHED_EXECUTABLES
+    fn = doubled()
+    run_xla(fn, x)
+    run_xla(fn, x)  # a hit moves to the back, compiling nothing new
+    assert next(reversed(xla._EXECUTABLES.values()))[0] is fn

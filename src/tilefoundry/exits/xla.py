@@ -26,6 +26,9 @@ from tilefoundry.ir.hir.walk import call_depth
 from tilefoundry.ir.types import TupleType
 
 _EXECUTABLES: dict[tuple, Any] = {}
+CACHED_EXECUTABLES = 64
+"""Executables kept (least recently used dropped first): each holds its function alive, so an
+unbounded cache grew with every function ever run (a program re-parsed in a loop)."""
 MAX_CALL_DEPTH = 128
 """Nested calls XLA compiles safely (its CPU compiler segfaults between 160 and 200 levels)."""
 
@@ -83,9 +86,12 @@ def run_xla(fn: Function, *arrays: Any, devices: int | None = None) -> Any:
     import jax
 
     key = (id(fn), tuple((a.shape, a.dtype.str) for a in arrays))
-    executable = _EXECUTABLES.get(key)
+    executable = _EXECUTABLES.pop(key, None)
     if executable is None:
-        executable = _EXECUTABLES[key] = (fn, _compile(compiled_text(fn, *arrays)))
+        executable = (fn, _compile(compiled_text(fn, *arrays)))
+    _EXECUTABLES[key] = executable  # most recently used last
+    while len(_EXECUTABLES) > CACHED_EXECUTABLES:
+        del _EXECUTABLES[next(iter(_EXECUTABLES))]
     device = jax.devices("cpu")[0]
     with jax.enable_x64(True):  # else device_put silently narrows i64/u64/f64 inputs to 32 bits
         # one device_put of the whole list: a call per argument costs ~2x in transfer overhead
