@@ -1,7 +1,9 @@
 """Refused programs: each is a located VerifyError whose message is golden (parser §5 rules,
 DESIGN §3 error contract); none may escape as a raw Python exception."""
 
+import ast
 import inspect
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -81,7 +83,16 @@ def test_refusal_points_into_the_function(name):
     assert err.location is not None, str(err)
     assert Path(err.location.file).name == "refused_programs.py"
     assert first <= err.location.line < first + len(lines), str(err)
-    assert err.location.col >= 1
+    # exact: the column is where a syntax node of that line starts (issue 20: `col >= 1` held
+    # for any column), read off Python's own parse of the function
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    indent = len(lines[0]) - len(lines[0].lstrip())
+    starts = {
+        (first + node.lineno - 1, node.col_offset + indent + 1)
+        for node in ast.walk(tree)
+        if hasattr(node, "col_offset")
+    }
+    assert (err.location.line, err.location.col) in starts, str(err)
 
 
 def test_refusal_messages_are_golden(golden):

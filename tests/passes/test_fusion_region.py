@@ -10,12 +10,13 @@ from passes.builders import T8, binary, function, region_call, typed, unary
 from tilefoundry.errors import InternalCompilerError, VerifyError
 from tilefoundry.evaluator import evaluate
 from tilefoundry.exits.stablehlo import emit_stablehlo
+from tilefoundry.frontend import parse_source
 from tilefoundry.inspect import format_ir
 from tilefoundry.ir.core import Call, SourceSpan, Var
 from tilefoundry.ir.hir.math import Binary, BinaryKind
 from tilefoundry.ir.hir.tensor import TupleGetItem
 from tilefoundry.ir.types import TensorType, TupleType, f64
-from tilefoundry.passes import Pass, PassManager, verify
+from tilefoundry.passes import Pass, PassManager, compile, verify
 from tilefoundry.visitor_registry import typeinfer_call
 
 
@@ -92,7 +93,43 @@ def test_user_errors_stay_verify_errors_and_debug_prints_the_ir(capsys):
 
 
 def test_verify_walks_into_called_regions_and_tuple_get_item():
+    """The verifier checks a region's body through its call and a TupleGetItem of it: the valid
+    program verifies, and one broken op inside the region body is found there."""
     fn, _ = two_output_program()
     first = Call(TupleGetItem(index=0), (fn.body,))
     typed(first)
-    verify(function("g", fn.params, first))
+    good = function("g", fn.params, first)
+    assert verify(good) is good
+
+    def broken(a, b):
+        total = binary("add", a, b)
+        scaled = Call(Binary(kind=BinaryKind.MUL), (total, a))
+        scaled.stamp_type(TensorType((8,), f64))  # a type its rule does not give
+        return [total, scaled], [total, scaled]
+
+    x, y = Var("x", T8), Var("y", T8)
+    call, _ = region_call(broken, (x, y))
+    item = typed(Call(TupleGetItem(index=1), (call,)))
+    with pytest.raises(VerifyError, match=r"Binary: declared type f64\[8\].*follow its rule"):
+        verify(function("g", (x, y), item))
+
+
+def test_a_region_whose_input_is_a_call_result_fuses():
+    """Issue 20: `tf.neg(callee(x)) + y` raised a bare KeyError in fuse (rebuilding the callee
+    in the middle of the caller replaced the caller's node map). A call is a fusion barrier
+    (SFEP §3.5): the region's input is the call's result."""
+    program = parse_source(
+        "from tilefoundry import func, Tensor\n"
+        "from tilefoundry.dsl import tf\n\n"
+        "@func\n"
+        'def callee(x: Tensor[(4,), "f32"]) -> Tensor[(4,), "f32"]:\n'
+        "    return x * x\n\n"
+        "@func\n"
+        'def f(x: Tensor[(4,), "f32"], y: Tensor[(4,), "f32"]) -> Tensor[(4,), "f32"]:\n'
+        "    return tf.neg(callee(x)) + y\n",
+        "fuse_call.py",
+    )
+    fused, report = compile(program["f"])
+    x, y = np.arange(4, dtype=np.float32), np.ones(4, np.float32)
+    np.testing.assert_array_equal(evaluate(fused, x, y), -(x * x) + y)
+    assert "1 fusion region(s)" in str(report)

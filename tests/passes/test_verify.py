@@ -139,6 +139,13 @@ def implicit_broadcast():
     return function("f", (x, b), binary("add", x, b))
 
 
+def implicit_same_rank_broadcast():
+    """Issue 20: the verifier must see a same-rank broadcast by itself, not through legalize's
+    reading of access relations (a shared blind spot would let a buggy legalize through)."""
+    b, x = Var("b", TensorType((1, 8), f32)), Var("x", TensorType((4, 8), f32))
+    return function("f", (b, x), binary("add", b, x))
+
+
 def implicit_promotion():
     x = Var("x", TensorType((), bf16))
     return function("f", (x,), binary("mul", x, Constant(2.0)))
@@ -174,6 +181,7 @@ REJECTED = [
     (transpose_not_view_like_in_region, "hir", "Transpose, which is not view-like"),
     (effect_form_call, "hir", "effect-form call"),
     (implicit_broadcast, "tensor", "implicit broadcast of operand 1"),
+    (implicit_same_rank_broadcast, "tensor", "implicit broadcast of operand 0"),
     (implicit_promotion, "tensor", "implicit dtype promotion"),
     (implicit_layout_change, "tensor", "implicit layout change"),
     (dynamic_dimension, "tensor", "dynamic dimension"),
@@ -194,7 +202,14 @@ def test_messages_are_distinct():
 
 
 @pytest.mark.parametrize(
-    "build", [implicit_broadcast, implicit_promotion, implicit_layout_change, dynamic_dimension]
+    "build",
+    [
+        implicit_broadcast,
+        implicit_same_rank_broadcast,
+        implicit_promotion,
+        implicit_layout_change,
+        dynamic_dimension,
+    ],
 )
 def test_tensor_tier_rules_do_not_apply_to_hir(build):
     assert verify(build(), tier="hir") is not None

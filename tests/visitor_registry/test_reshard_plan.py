@@ -3,12 +3,18 @@ inspector describes (`show`, the report), so both are checked here once, on thei
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tilefoundry.errors import UnsupportedError
+from tilefoundry.evaluator import evaluate
 from tilefoundry.inspect.shard_view import reshard_collectives
+from tilefoundry.ir.core import Call, Var
+from tilefoundry.ir.hir import Function
+from tilefoundry.ir.hir.sharding import Reshard
 from tilefoundry.ir.types import f32, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, Layout, P, S, ShardLayout, Split, make_mesh
+from tilefoundry.visitor_registry import TypeInferContext
 from tilefoundry.visitor_registry.reshard_plan import (
     AllGather,
     AllReduce,
@@ -143,6 +149,26 @@ def test_meshes_without_a_common_refinement_are_refused_naming_both():
         plan_reshard(sh((12, 6), S(0), B, mesh=a), sh((12, 6), S(0), B, mesh=b), "t")
     with pytest.raises(UnsupportedError, match="not views of one device set"):
         plan_reshard(sh((16, 8), S(0)), sh((16, 8), S(0), B, mesh=XY), "t")
+
+
+def test_adding_an_inner_split_under_a_kept_outer_one_is_a_local_slice():
+    """Issue 20: `S(0),B -> S(0),S(0)` on a 2x4 mesh keeps x's split of dim 0 and cuts each x
+    block 4 ways along y: no communication, and never a re-cut of x's split."""
+    src, dst = sh((8, 16), S(0), B, mesh=XY), sh((8, 16), S(0), S(0), mesh=XY)
+    assert plan_reshard(src, dst, "t") == [Slice(((0, (1,)),))]
+    assert reshard_collectives(src, dst) == ["y: slice (local, no communication)"]
+    assert canonical_splits(dst, "t", "t") == {0: (0, 1)}
+
+
+def test_adding_an_inner_split_runs_on_8_simulated_devices():
+    """The same Reshard executed by the mesh simulator: gathered back through the new layout,
+    the value is unchanged (a re-cut of x's split would scramble the row blocks)."""
+    src, dst = sh((8, 16), S(0), B, mesh=XY), sh((8, 16), S(0), S(0), mesh=XY)
+    x = Var("x", src)
+    call = Call(Reshard(layout=dst.layout), (x,))
+    fn = Function("f", (x,), call, TypeInferContext().infer(call))
+    data = np.arange(128, dtype=np.float32).reshape(8, 16)
+    np.testing.assert_array_equal(evaluate(fn, data), data)
 
 
 def test_an_inner_factor_split_fails_closed_in_the_engines_words():

@@ -10,36 +10,81 @@ from __future__ import annotations
 
 import linecache
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
 from tilefoundry.errors import EvalError, InternalCompilerError, VerifyError
 
 TRACEBACK_ENV = "TILEFOUNDRY_TRACEBACK"
+INTERRUPTED = 130
+"""The exit status of a command ended by Ctrl-C (128 + SIGINT, as shells report it)."""
 
 
 class Disagreement(Exception):
     """A backend's results differ from the reference oracle: a compiler bug, not a user error."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C reached the command (its SIGINT handler raised this), as opposed to a
+    KeyboardInterrupt that a DSL file raises itself, which is that file's error."""
+
+
+def _on_sigint(signum, frame) -> None:
+    raise Interrupted()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command. Run as the process's entry (`argv` None), an interrupt ends the process at
+    once with status 130: tearing down the interpreter while XLA threads still run can crash."""
+    try:
+        previous = signal.signal(signal.SIGINT, _on_sigint)
+    except ValueError:  # not the main thread: leave the handler alone
+        previous = None
+    try:
+        status = _guarded(lambda: _dispatch(list(sys.argv[1:] if argv is None else argv)))
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    if status == INTERRUPTED and argv is None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(INTERRUPTED)
+    return status
+
+
+def visible(text: str) -> str:
+    """`text` with control characters other than newline and tab spelled as escapes: a path
+    holding an ANSI escape must not drive the user's terminal."""
+    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
+
+
+def _dispatch(args_list: list[str]) -> int:
     from tilefoundry.cli.parser import build_parser
 
-    args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["validate"]:
         # The validator owns its flags (and its --help); pass them through untouched.
         from tilefoundry.evaluator.validate import main as validate_main
 
-        return _guarded(lambda: validate_main(args_list[1:]))
+        try:
+            return validate_main(args_list[1:])
+        except SystemExit as done:
+            # argparse exits 2 on a usage mistake; here usage mistakes are 1 (2 is our bugs)
+            return 1 if done.code == 2 else done.code or 0
     args = build_parser().parse_args(args_list)
-    return _guarded(lambda: args.handler(args))
+    return args.handler(args)
 
 
 def _guarded(action) -> int:
     try:
-        return action()
+        import numpy as np
+
+        # Floating-point warnings (inf - inf in a summary, log of a negative input) are not the
+        # command's output: NaN and inf show in the results tables and the oracle judges them.
+        with np.errstate(all="ignore"):
+            return action()
     except (VerifyError, EvalError) as err:
-        print(user_error_text(err), file=sys.stderr)
+        print(visible(user_error_text(err)), file=sys.stderr)
         return 1
     except ModuleNotFoundError as err:
         if os.environ.get(TRACEBACK_ENV) or err.name not in ("jax", "jaxlib"):
@@ -52,11 +97,11 @@ def _guarded(action) -> int:
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     except Exception as err:  # the boundary: whatever escapes is reported, not dumped
         if os.environ.get(TRACEBACK_ENV):
             raise
-        print(internal_error_text(err), file=sys.stderr)
+        print(visible(internal_error_text(err)), file=sys.stderr)
         return 2
 
 
@@ -67,11 +112,23 @@ def user_error_text(err: VerifyError | EvalError) -> str:
     if location is None:
         return f"error: {message}"
     head = f"{location.file}:{location.line}:{location.col}: error: {message}"
-    source = linecache.getline(location.file, location.line).rstrip("\n")
+    source = _source_line(location.file, location.line)
     if not source:
         return head
     caret = " " * (max(location.col, 1) - 1) + "^"
     return f"{head}\n  {source}\n  {caret}"
+
+
+def _source_line(file: str, line: int) -> str:
+    """The line to quote, read only from a program already loaded or a small regular file (an
+    error about a FIFO or /dev/zero given as FILE must not read it)."""
+    if file not in linecache.cache:
+        try:
+            if not os.path.isfile(file) or os.path.getsize(file) > 64 * 2**20:
+                return ""
+        except OSError:
+            return ""
+    return linecache.getline(file, line).rstrip("\n")
 
 
 def internal_error_text(err: Exception) -> str:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from rich.table import Table
 
 from tilefoundry.cli.console import progress, stdout_console
-from tilefoundry.cli.program import Program, dim_vars, load_program
+from tilefoundry.cli.output import check_output_path, write_atomically
+from tilefoundry.cli.program import Program, bind_dims, dim_options, dim_vars, load_program
 from tilefoundry.errors import VerifyError
 from tilefoundry.inspect import format_ir
 from tilefoundry.inspect.shard_view import shape_text, short_type, value_rows
@@ -95,34 +95,36 @@ def show(args: argparse.Namespace) -> int:
 
 def emit(args: argparse.Namespace) -> int:
     from tilefoundry.exits.stablehlo import emit_stablehlo
+    from tilefoundry.passes import verify
 
-    _, fn = entry_of(args)
-    if getattr(args, "pallas", False):
-        from tilefoundry.cli.emit_pallas import emit_pallas
-
-        return emit_pallas(args, fn)
     if args.portable and not args.output:
         raise VerifyError("emit --portable writes a binary artifact; give -o FILE")
-    bindings = dict(args.dim) or None
-    if bindings is None:
-        require_static(fn, "StableHLO emission without --dim")
-    with progress(f"emitting StableHLO for {fn.name}"):
-        artifact = emit_stablehlo(fn, bindings=bindings, portable=args.portable)
-    if not args.output:
+    out = check_output_path(args.output, [args.file]) if args.output else None
+    _, fn = entry_of(args)
+    given = dim_options(args.dim)
+    verify(fn)  # a program `check` refuses is never emitted
+    if getattr(args, "pallas", False):
+        from tilefoundry.cli.emit_pallas import pallas_text
+
+        artifact = pallas_text(args, fn, given)
+    else:
+        if not given:
+            require_static(fn, "StableHLO emission without --dim")
+        bindings = bind_dims(fn, given, None) or None
+        with progress(f"emitting StableHLO for {fn.name}"):
+            artifact = emit_stablehlo(fn, bindings=bindings, portable=args.portable)
+    if out is None:
         sys.stdout.write(artifact)
         return 0
-    out = Path(args.output)
-    if isinstance(artifact, bytes):
-        out.write_bytes(artifact)
-    else:
-        out.write_text(artifact, encoding="utf-8")
-    print(f"wrote {out} ({out.stat().st_size} bytes, @{fn.name})")
+    size = write_atomically(out, artifact)
+    print(f"wrote {out} ({size} bytes, @{fn.name})")
     return 0
 
 
 def report(args: argparse.Namespace) -> int:
     from tilefoundry.inspect.report import render_report
 
+    out = check_output_path(args.output, [args.file])
     program, fn = entry_of(args)
     fusion = None
     note = ""
@@ -132,9 +134,8 @@ def report(args: argparse.Namespace) -> int:
         fn, fusion = compile_fn(fn)
     with progress("drawing the report"):
         page = render_report(fn, fusion, source=program.path, note=note)
-    out = Path(args.output)
-    out.write_text(page, encoding="utf-8")
-    print(f"wrote {out} ({out.stat().st_size} bytes): @{fn.name}")
+    size = write_atomically(out, page)
+    print(f"wrote {out} ({size} bytes): @{fn.name}")
     return 0
 
 

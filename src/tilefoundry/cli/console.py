@@ -8,6 +8,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
+from rich.markup import escape
+
+from tilefoundry.cli import visible
 
 LOG_WIDTH = 120
 
@@ -25,3 +28,10 @@ def progress(message: str) -> Iterator[None]:
         return
     with console.status(message):
         yield
+
+
+def plain(text: object) -> str:
+    """User text (a path, a name) as printed through rich: markup brackets escaped so that
+    `[bold]` in a file name prints as written, control characters (an ANSI escape in a path)
+    shown as escapes instead of reaching the terminal raw."""
+    return escape(visible(str(text)))

@@ -8,8 +8,6 @@ the windowed Ref reads. Shapes come from the signature (DimVars from --dim, else
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -19,20 +17,14 @@ from tilefoundry.errors import VerifyError
 from tilefoundry.ir.hir import Function
 
 
-def emit_pallas(args: argparse.Namespace, fn: Function) -> int:
+def pallas_text(args: argparse.Namespace, fn: Function, dims: dict) -> str:
+    """The kernel's launch summary and jaxpr; `emit` writes it where the user asked."""
     from tilefoundry.exits.pallas import lower_pallas
 
     if args.portable:
         raise VerifyError("emit --pallas prints the kernel as text; drop --portable")
     rng = np.random.default_rng(0)
-    arrays = random_inputs(fn, bind_dims(fn, dict(args.dim), rng), rng)
+    arrays = random_inputs(fn, bind_dims(fn, dims, rng), rng)
     with progress(f"building the Pallas kernel of {fn.name}"):
         kernel = lower_pallas(fn, *arrays, caller="emit --pallas")
-        text = f"{kernel.summary()}\n{kernel.jaxpr()}\n"
-    if not args.output:
-        sys.stdout.write(text)
-        return 0
-    out = Path(args.output)
-    out.write_text(text, encoding="utf-8")
-    print(f"wrote {out} ({out.stat().st_size} bytes, @{fn.name})")
-    return 0
+        return f"{kernel.summary()}\n{kernel.jaxpr()}\n"

@@ -21,7 +21,10 @@ examples:
 
 A FILE is a Python file of @func / @module definitions (see examples/). Commands act on the
 last one it defines (for a @module, its last function) unless --func NAME picks another.
-Exit status: 0 ok, 1 the program or its inputs are wrong (a located message), 2 a tilefoundry bug.
+A FILE is executed (its top level runs) to build its functions: only give it files you would
+run with python.
+Exit status: 0 ok, 1 the program or its inputs are wrong (a located message), 2 a tilefoundry bug,
+130 interrupted (Ctrl-C).
 """
 
 
@@ -39,6 +42,22 @@ def _dim(text: str) -> tuple[str, int]:
     if not sep or not name or not value.lstrip("-").isdigit():
         raise argparse.ArgumentTypeError(f"expected NAME=INT (e.g. N=128), got {text!r}")
     return name, int(value)
+
+
+def _seed(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return int(text)
+
+
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
 
 
 def _add_program(sub: argparse.ArgumentParser, *, dims: bool = True) -> None:
@@ -128,7 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
         "Inputs are drawn from the parameter types (seeded) unless --inputs gives .npy files.\n"
         "The reference backend runs the fused program and compares it with the unfused one;\n"
         "the xla backend compares XLA's results with the reference evaluator; the pallas\n"
-        "backend runs a tile program as one Pallas kernel (interpret mode without a GPU).",
+        "backend runs a tile program as one Pallas kernel (interpret mode without a GPU).\n\n"
+        "The oracle judge compares element by element: NaN equals NaN, an infinity must match\n"
+        "exactly, integers exactly, and floats within atol * scale + rtol * |expected|, where\n"
+        "scale is the median magnitude of the expected values (at least 1). Defaults by dtype\n"
+        "(rtol, atol): float64 1e-9, 1e-9; float32 1e-4, 1e-5; float16 1e-2, 1e-2;\n"
+        "bfloat16 5e-2, 5e-2; 8-bit floats 0.25, 0.25. --rtol / --atol override them.",
     )
     _add_program(runner)
     runner.add_argument("--backend", choices=("reference", "xla", "pallas"), default="reference")
@@ -148,8 +172,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="with --processes: stop every worker and fail if the run takes longer (default 300)",
     )
-    runner.add_argument("--seed", type=int, default=0, help="seed for inputs and DimVars")
+    runner.add_argument("--seed", type=_seed, default=0, help="seed for inputs and DimVars")
     runner.add_argument("--inputs", nargs="+", metavar="NPY", help="one .npy file per parameter")
+    runner.add_argument(
+        "--rtol", type=_tolerance, metavar="R", help="relative tolerance of the oracle judge"
+    )
+    runner.add_argument(
+        "--atol", type=_tolerance, metavar="A", help="absolute tolerance of the oracle judge"
+    )
     runner.set_defaults(handler=run.run)
 
     report = _command(

@@ -9,14 +9,18 @@ parameter types so that `run` works without any data.
 
 from __future__ import annotations
 
+import io
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tilefoundry.cli import Interrupted
 from tilefoundry.errors import VerifyError
 from tilefoundry.frontend import parse_source
+from tilefoundry.frontend.source import program_exit_error
 from tilefoundry.ir.core import Module, SourceSpan
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.types import TensorType, is_static
@@ -74,23 +78,45 @@ def _last_function(obj: Function | Module) -> Function:
 
 def load_program(path: str) -> Program:
     """Parse the DSL file at `path`; every failure is a located VerifyError."""
-    file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        text = _read_source(path)
     except FileNotFoundError:
         raise VerifyError(f"{path}: no such file", location=SourceSpan(path, 1, 1)) from None
-    except (OSError, UnicodeDecodeError) as err:
+    except (OSError, UnicodeDecodeError, SyntaxError) as err:
         reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
         raise VerifyError(
             f"{path}: cannot read the file ({reason})", location=SourceSpan(path, 1, 1)
         ) from None
-    namespace = parse_source(text, path)
+    try:
+        namespace = parse_source(text, path)
+    except KeyboardInterrupt as err:
+        if isinstance(err, Interrupted):
+            raise
+        raise program_exit_error(err, path) from None  # the file raised it, not Ctrl-C
     objects = {
         key: value
         for key, value in namespace.items()
         if isinstance(value, Function | Module) and not key.startswith("_")
     }
     return Program(path, objects)
+
+
+MAX_PROGRAM_BYTES = 64 * 2**20
+"""A DSL file is source code; anything larger is not a program (e.g. a data file by mistake)."""
+
+
+def _read_source(path: str) -> str:
+    """The file's text decoded as Python decodes source (a UTF-8 BOM or a coding cookie is
+    honoured); a FIFO or device (which would block or never end) and an oversized file are
+    refused before reading."""
+    file = Path(path)
+    if file.exists() and not file.is_file():
+        raise OSError(0, "not a regular file (a DSL file is Python source)")
+    if file.stat().st_size > MAX_PROGRAM_BYTES:
+        raise OSError(0, f"larger than {MAX_PROGRAM_BYTES // 2**20} MiB, so not a DSL program")
+    data = file.read_bytes()
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding)
 
 
 def dim_vars(fn: Function) -> dict[str, Any]:
@@ -104,14 +130,35 @@ def dim_vars(fn: Function) -> dict[str, Any]:
     return found
 
 
-def bind_dims(fn: Function, given: dict[str, int], rng: np.random.Generator) -> dict[str, int]:
-    """A value for each DimVar: the one given (checked against its envelope) or a seeded draw."""
+def dim_options(pairs: list[tuple[str, int]]) -> dict[str, int]:
+    """The `--dim NAME=INT` options as a dict, refusing a name given twice."""
+    given: dict[str, int] = {}
+    for name, value in pairs:
+        if name in given:
+            raise VerifyError(
+                f"--dim {name} is given twice ({given[name]} and {value}); give each DimVar once"
+            )
+        given[name] = value
+    return given
+
+
+def bind_dims(
+    fn: Function, given: dict[str, int], rng: np.random.Generator | None
+) -> dict[str, int]:
+    """A value for each DimVar: the one given (checked against its envelope) or a seeded draw
+    (without `rng`, every DimVar must be given)."""
     variables = dim_vars(fn)
     unknown = sorted(set(given) - set(variables))
     if unknown:
         raise VerifyError(
             f"Function {fn.name}: --dim names {', '.join(unknown)}, but its parameters use "
             f"{', '.join(variables) or 'no DimVars'}"
+        )
+    missing = [name for name in variables if name not in given]
+    if rng is None and missing:
+        raise VerifyError(
+            f"Function {fn.name}: its parameters use the DimVar(s) {', '.join(variables)}; "
+            f"give --dim for {', '.join(missing)} (e.g. --dim {missing[0]}=128)"
         )
     bound: dict[str, int] = {}
     for name, var in variables.items():
@@ -154,9 +201,10 @@ def random_inputs(fn: Function, bound: dict[str, int], rng: np.random.Generator)
         elif dtype.is_int:
             low = 0 if dtype.is_unsigned else -8
             array = rng.integers(low, 8, size=shape)
-        else:
-            array = rng.standard_normal(shape) * 0.5
-        arrays.append(np.asarray(array).astype(dtype.to_numpy()))
+        else:  # drawn in f32 unless the parameter is f64: no f64 copy of an f32 input
+            draw = np.float64 if dtype.itemsize_bits > 32 else np.float32
+            array = rng.standard_normal(shape, dtype=draw) * draw(0.5)
+        arrays.append(np.asarray(array).astype(dtype.to_numpy(), copy=False))
     return arrays
 
 
@@ -169,6 +217,7 @@ def load_inputs(fn: Function, paths: list[str]) -> list[np.ndarray]:
     arrays = []
     for path in paths:
         try:
+            _check_npy_size(path)
             arrays.append(np.load(path, allow_pickle=False))
         except FileNotFoundError:
             raise VerifyError(f"{path}: no such file", location=SourceSpan(path, 1, 1)) from None
@@ -177,6 +226,34 @@ def load_inputs(fn: Function, paths: list[str]) -> list[np.ndarray]:
                 f"{path}: not a .npy array ({err})", location=SourceSpan(path, 1, 1)
             ) from None
     return arrays
+
+
+def _check_npy_size(path: str) -> None:
+    """Refuse a file that is not a regular file (a FIFO would block, /dev/zero never ends) or
+    whose header claims more data than the file holds, before numpy allocates for the claim."""
+    file = Path(path)
+    if file.exists() and not file.is_file():
+        raise VerifyError(f"{path}: not a regular file", location=SourceSpan(path, 1, 1))
+    with open(path, "rb") as handle:
+        version = np.lib.format.read_magic(handle)
+        read_header = {
+            (1, 0): np.lib.format.read_array_header_1_0,
+            (2, 0): np.lib.format.read_array_header_2_0,
+        }.get(version)
+        if read_header is None:
+            return  # np.load reports a version it cannot read
+        shape, _, dtype = read_header(handle)
+        offset = handle.tell()
+    if dtype.hasobject:
+        return  # np.load refuses it (allow_pickle=False)
+    claimed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    held = file.stat().st_size - offset
+    if claimed > held:
+        raise VerifyError(
+            f"{path}: its header claims a {dtype} array of shape {tuple(shape)} "
+            f"({claimed} bytes), but the file holds {held} bytes of data",
+            location=SourceSpan(path, 1, 1),
+        )
 
 
 def mesh_devices(fn: Function) -> int | None:

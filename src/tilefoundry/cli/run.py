@@ -11,57 +11,32 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import dataclass
 
 import numpy as np
 from rich.table import Table
 
 from tilefoundry.cli import Disagreement
 from tilefoundry.cli.commands import compile_fn, entry_of
-from tilefoundry.cli.console import progress, stdout_console
-from tilefoundry.cli.program import bind_dims, dim_vars, load_inputs, mesh_devices, random_inputs
+from tilefoundry.cli.console import plain, progress, stdout_console
+from tilefoundry.cli.judge import judge
+from tilefoundry.cli.program import (
+    bind_dims,
+    dim_options,
+    dim_vars,
+    load_inputs,
+    mesh_devices,
+    random_inputs,
+)
 from tilefoundry.cli.run_processes import processes_for, run_on_processes
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.hir import Function
-
-TOLERANCES = {1: 1e-1, 2: 2e-2, 4: 1e-4, 8: 1e-10}
-"""Normwise relative tolerance by float itemsize: max |diff| <= tol * max(1, max |oracle|).
-Backends sum in different orders, so an elementwise tolerance would fail on values near zero
-that are the difference of large terms; integers and booleans must match exactly."""
-
-
-@dataclass(frozen=True)
-class Agreement:
-    max_abs_diff: float
-    ok: bool
+from tilefoundry.ir.hir.footprint import check_memory
 
 
 def flat_outputs(value) -> list[np.ndarray]:
     if isinstance(value, tuple):
         return [a for v in value for a in flat_outputs(v)]
     return [np.asarray(value)]
-
-
-def agreement(got: list[np.ndarray], want: list[np.ndarray]) -> Agreement:
-    worst, ok = 0.0, True
-    for a, b in zip(got, want, strict=True):
-        if a.shape != b.shape:
-            return Agreement(float("inf"), False)
-        if a.dtype.kind in "fc" or b.dtype.kind in "fc" or a.dtype.kind == "V":
-            tolerance = TOLERANCES.get(min(a.dtype.itemsize, b.dtype.itemsize), 2e-2)
-            a64, b64 = a.astype(np.float64), b.astype(np.float64)
-            if not a64.size:
-                continue
-            diff = float(np.nanmax(np.abs(a64 - b64)))
-            scale = max(1.0, float(np.nanmax(np.abs(b64))))
-            worst = max(worst, diff)
-            same_nans = bool(np.array_equal(np.isnan(a64), np.isnan(b64)))
-            ok = ok and same_nans and diff <= tolerance * scale
-        else:
-            diff = np.abs(a.astype(np.int64) - b.astype(np.int64))
-            worst = max(worst, float(diff.max()) if diff.size else 0.0)
-            ok = ok and bool(np.array_equal(a, b))
-    return Agreement(worst, ok)
 
 
 def _timed(label: str, timings: list[tuple[str, float]], action):
@@ -109,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     devices = _devices_for(fn, args.devices, args.backend)
     processes = processes_for(args, fn, devices)
     rng = np.random.default_rng(args.seed)
-    bound = bind_dims(fn, dict(args.dim), rng)
+    bound = bind_dims(fn, dim_options(args.dim), rng)
+    check_memory(fn, bound, "run")  # before any input is drawn
     arrays = load_inputs(fn, args.inputs) if args.inputs else random_inputs(fn, bound, rng)
 
     oracle = flat_outputs(
@@ -146,12 +122,12 @@ def run(args: argparse.Namespace) -> int:
         )
         _timed(f"{label}: cached run", timings, lambda: run_xla(fn, *arrays, devices=devices))
 
-    judged = agreement(results, oracle)
+    judged = judge(results, oracle, rtol=args.rtol, atol=args.atol)
     _print_run(args, program.path, fn, bound, devices, arrays, results, judged, fused_note, timings)
     if not judged.ok:
         raise Disagreement(
             f"{args.backend} results disagree with the reference oracle "
-            f"(max |diff| {judged.max_abs_diff:.3g})"
+            f"(max |diff| {judged.max_abs_diff:.3g})\n{judged.summary()}"
         )
     return 0
 
@@ -177,7 +153,7 @@ def _summary_table(title: str, names: list[str], arrays: list[np.ndarray]) -> Ta
 def _print_run(args, path, fn, bound, devices, arrays, results, judged, fused_note, timings):
     console = stdout_console()
     where = f"{args.backend}" + (f" on {devices} devices" if devices else "")
-    console.print(f"run @{fn.name} from {path} on {where} (seed {args.seed})")
+    console.print(f"run @{plain(fn.name)} from {plain(path)} on {where} (seed {args.seed})")
     if bound:
         picked = ", ".join(f"{k}={v}" for k, v in bound.items())
         console.print(f"DimVars: {picked}" + ("" if args.dim else " (drawn from the seed)"))

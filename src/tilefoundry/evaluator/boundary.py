@@ -1,9 +1,9 @@
-"""The function boundary: checking inputs, placing parameters, reading results.
+"""The function boundary: placing parameters, reading results.
 
-Inputs are checked one by one against their parameter (count, rank, extents, dtype) so the error
-names the parameter (DimVars bind through `ir.hir.signature.bind_dim_vars`, shared with the
-exits). Parameters are then placed: scattered
-over their mesh (DESIGN §4.12) or laid out physically (a plain Layout), and results are gathered
+Inputs are checked against their parameters before they get here, by
+`ir.hir.signature.check_arguments` (count, dtype, rank, extents, DimVars), the one check the
+exits share, so every error names the parameter. Parameters are then placed: scattered over
+their mesh (DESIGN §4.12) or laid out physically (a plain Layout), and results are gathered
 and read back through their layout the same way.
 """
 
@@ -13,8 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from tilefoundry.errors import EvalError, UnsupportedError
-from tilefoundry.evaluator.dtypes import check_dtype
 from tilefoundry.evaluator.layouts import has_physical_layout, load_physical, store_physical
 from tilefoundry.evaluator.values import MeshValue, gather, is_replicated_type, scatter
 from tilefoundry.ir.core import Var
@@ -29,21 +27,6 @@ def shape_of(value: Any) -> tuple[int, ...] | None:
     if isinstance(value, tuple):
         return None
     return tuple(np.shape(value))
-
-
-def check_input(fn_name: str, param: Var, array: Any) -> np.ndarray:
-    """The argument as an ndarray of exactly the parameter's dtype (no silent conversion)."""
-    where = f"Function {fn_name}: parameter '{param.name}'"
-    if not isinstance(param.type, TensorType):
-        raise UnsupportedError(f"{where}: the evaluator takes tensor parameters, not {param.type}")
-    expected = check_dtype(param.type.dtype, where)
-    value = np.asarray(array)
-    if value.dtype != expected:
-        raise EvalError(
-            f"{where} is {param.type.dtype.name} ({expected}), got an array of dtype "
-            f"{value.dtype}; convert it with .astype(...) first"
-        )
-    return value
 
 
 def place_input(fn_name: str, param: Var, array: np.ndarray, index: int) -> Any:

@@ -9,6 +9,7 @@ is a chain of frames; a node is memoised in the innermost frame whose loop varia
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +23,6 @@ from tilefoundry.errors import (
     format_location,
 )
 from tilefoundry.evaluator.boundary import (
-    check_input,
     place_input,
     read_result,
     shape_of,
@@ -32,11 +32,15 @@ from tilefoundry.evaluator.mesh_sim import ShardedCall, as_typed, run_call, touc
 from tilefoundry.evaluator.values import scatter
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
-from tilefoundry.ir.hir.signature import Bindings, bind_dim_vars
-from tilefoundry.ir.hir.walk import block_operands
+from tilefoundry.ir.hir.footprint import check_memory
+from tilefoundry.ir.hir.signature import Bindings, bind_dim_vars, check_arguments
+from tilefoundry.ir.hir.walk import block_operands, call_depth
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
 from tilefoundry.ir.types.shard import ShardLayout
 from tilefoundry.visitor_registry import EVAL, TypeInferContext
+
+FRAMES_PER_CALL = 8
+"""Python frames one level of nested @func calls takes in the evaluator (with room to spare)."""
 
 
 class _Frame:
@@ -333,16 +337,19 @@ def evaluate(fn: Function, *arrays: Any, complete_partials: bool = False) -> Any
         raise EvalError(f"evaluate: expected a hir Function, got {type(fn).__name__}")
     interpreter = Interpreter()
     interpreter.ensure_typed(fn)
-    if len(arrays) != len(fn.params):
-        raise EvalError(
-            f"Function {fn.name}: expected {len(fn.params)} argument(s) "
-            f"({', '.join(p.name for p in fn.params)}), got {len(arrays)}"
-        )
-    checked = [check_input(fn.name, p, a) for p, a in zip(fn.params, arrays, strict=True)]
-    bind_dim_vars(fn.name, fn.params, [a.shape for a in checked])
+    checked, bindings = check_arguments(fn.name, fn.params, arrays, "evaluate", check_dtype)
+    check_memory(fn, bindings, "evaluate")
     pairs = enumerate(zip(fn.params, checked, strict=True))
     placed = [place_input(fn.name, param, array, i) for i, (param, array) in pairs]
-    body_fn, result = interpreter.invoke(fn, placed)
+    # A call evaluates its callee's body in a nested activation, a few Python frames per level
+    # of nesting; those frames are inlined by CPython (no C stack), so the limit is raised to
+    # what the program's call depth needs (expressions themselves are walked iteratively).
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(previous, previous + FRAMES_PER_CALL * call_depth(fn)))
+    try:
+        body_fn, result = interpreter.invoke(fn, placed)
+    finally:
+        sys.setrecursionlimit(previous)
     return read_result(
         result,
         body_fn.body.type,

@@ -1,8 +1,9 @@
 """Run HIR functions on IREE (llvm-cpu): a second StableHLO consumer besides XLA (DESIGN §5).
 
-`run_iree(fn, *arrays)` mirrors `run_xla`: DimVars bind from the argument shapes (the same
-`bind_dims`), the StableHLO module for those shapes is compiled once per (function, shapes, dtypes)
-and cached, and the numpy results are structured like the function's return type.
+`run_iree(fn, *arrays)` mirrors `run_xla`: arguments are checked and DimVars bound from their
+shapes by the same `check_inputs`, the StableHLO module for those shapes is compiled once per
+(function, shapes, dtypes) and cached, and the numpy results are structured like the
+function's return type.
 
 IREE is an optional extra (`pip install 'tilefoundry[iree]'`) imported only when first used; a
 missing install is an UnsupportedError naming the extra.
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tilefoundry.errors import InternalCompilerError, UnsupportedError
-from tilefoundry.exits.xla import bind_dims, structure
+from tilefoundry.exits.xla import check_inputs, structure
 from tilefoundry.ir.hir import Function
 
 IREE_TYPE_FLAGS = (
@@ -79,12 +80,11 @@ def run_iree(fn: Function, *arrays: Any, portable: bool = False) -> Any:
     a deployment ships) instead of the text, proving IREE reads that form too."""
     from tilefoundry.exits.stablehlo import emit_stablehlo
 
-    arrays = tuple(np.asarray(a) for a in arrays)
+    arrays, bindings = check_inputs(fn, arrays, "run_iree")
     key = (id(fn), portable, tuple((a.shape, a.dtype.str) for a in arrays))
     entry = _MODULES.get(key)
     if entry is None:
-        bindings = bind_dims(fn, arrays, "run_iree") or None
-        module = compile_iree(emit_stablehlo(fn, bindings=bindings, portable=portable))
+        module = compile_iree(emit_stablehlo(fn, bindings=bindings or None, portable=portable))
         entry = _MODULES[key] = (fn, module)  # fn kept alive so its id is not reused
     outputs = entry[1].main(*arrays)
     if not isinstance(outputs, (tuple, list)):  # IREE returns a lone result unwrapped

@@ -27,6 +27,7 @@ from tilefoundry.ir.lowering.mlir_text import (
     dense_literal,
     flat_types,
     mesh_is_on_one_device,
+    mlir_symbol,
 )
 from tilefoundry.ir.types import TensorType, TupleType, Type, i64, resolve_dim
 from tilefoundry.visitor_registry import STABLEHLO
@@ -309,9 +310,10 @@ class _ModuleEmitter:
     def symbol_for(self, fn: Function, bindings: Mapping[Any, int] | None) -> str:
         key = (id(fn), tuple(sorted((str(k), v) for k, v in (bindings or {}).items())))
         if key not in self.symbols:
-            symbol, suffix = fn.name, 1
+            base = mlir_symbol(fn.name, "fn")
+            symbol, suffix = base, 1
             while symbol in self.taken or symbol == "main":
-                symbol, suffix = f"{fn.name}_{suffix}", suffix + 1
+                symbol, suffix = f"{base}_{suffix}", suffix + 1
             self.taken.add(symbol)
             self.symbols[key] = symbol
             self.queue.append((fn, bindings, symbol))
@@ -372,7 +374,8 @@ def emit_stablehlo(
     emitter = _ModuleEmitter()
     sharded = isinstance(obj, Function) and _on_a_mesh(obj, bindings)
     if isinstance(obj, Module):
-        text = emitter.emit([(fn, fn.name) for fn in obj.functions], bindings, obj.name)
+        entries = _entry_symbols(obj.functions)
+        text = emitter.emit(entries, bindings, _module_name(obj.name))
     elif sharded:
         from tilefoundry.exits.spmd import emit_spmd
 
@@ -398,4 +401,19 @@ def _on_a_mesh(fn: Function, bindings: Mapping[Any, int] | None) -> bool:
 
 
 def _module_name(name: str) -> str:
-    return "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "tilefoundry"
+    return mlir_symbol(name)
+
+
+def _entry_symbols(functions) -> list[tuple[Function, str]]:
+    """A Module's public functions under their names as symbols, two that mangle alike told
+    apart by a suffix (a public symbol is what a caller looks up, so it stays close to the
+    name)."""
+    entries, taken = [], set()
+    for fn in functions:
+        base = mlir_symbol(fn.name, "fn")
+        symbol, suffix = base, 1
+        while symbol in taken:
+            symbol, suffix = f"{base}_{suffix}", suffix + 1
+        taken.add(symbol)
+        entries.append((fn, symbol))
+    return entries

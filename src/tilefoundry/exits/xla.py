@@ -20,25 +20,35 @@ import numpy as np
 
 from tilefoundry.errors import EvalError, UnsupportedError
 from tilefoundry.ir.hir import Function
-from tilefoundry.ir.hir.signature import bind_dim_vars
-from tilefoundry.ir.types import TensorType, TupleType
+from tilefoundry.ir.hir.footprint import check_memory
+from tilefoundry.ir.hir.signature import check_arguments
+from tilefoundry.ir.hir.walk import call_depth
+from tilefoundry.ir.types import TupleType
 
 _EXECUTABLES: dict[tuple, Any] = {}
+CACHED_EXECUTABLES = 64
+"""Executables kept (least recently used dropped first): each holds its function alive, so an
+unbounded cache grew with every function ever run (a program re-parsed in a loop)."""
+MAX_CALL_DEPTH = 128
+"""Nested calls XLA compiles safely (its CPU compiler segfaults between 160 and 200 levels)."""
+
+
+def check_inputs(
+    fn: Function, arrays: tuple[Any, ...], caller: str = "run_xla"
+) -> tuple[tuple[np.ndarray, ...], dict[str, int]]:
+    """The arguments checked exactly as `evaluate` checks them (count, dtype, shape:
+    `check_arguments`, so a wrong dtype is refused, never reinterpreted) and the DimVar
+    bindings by name, for every exit that runs a function on concrete arrays; `caller` names
+    that exit in errors."""
+    checked, bindings = check_arguments(fn.name, fn.params, arrays, caller)
+    return checked, {var.name: extent for var, extent in bindings.items()}
 
 
 def bind_dims(
     fn: Function, arrays: tuple[np.ndarray, ...], caller: str = "run_xla"
 ) -> dict[str, int]:
-    """DimVar name -> extent read off the argument shapes (the one binding rule,
-    `bind_dim_vars`), for every exit that runs a function on concrete arrays; `caller` names
-    that exit in errors."""
-    if len(arrays) != len(fn.params):
-        raise EvalError(f"{caller}: {fn.name} takes {len(fn.params)} arguments, got {len(arrays)}")
-    for param in fn.params:
-        if not isinstance(param.type, TensorType):
-            raise UnsupportedError(f"{caller}: parameter '{param.name}' is not a tensor")
-    bindings = bind_dim_vars(fn.name, fn.params, [np.shape(a) for a in arrays])
-    return {var.name: extent for var, extent in bindings.items()}
+    """DimVar name -> extent for checked arguments (`check_inputs`)."""
+    return check_inputs(fn, arrays, caller)[1]
 
 
 def _executable(text: str):
@@ -67,38 +77,38 @@ def compiled_text(fn: Function, *arrays: np.ndarray) -> str:
 
 
 def run_xla(fn: Function, *arrays: Any, devices: int | None = None) -> Any:
+    if not isinstance(fn, Function):
+        raise EvalError(f"run_xla: expected a hir Function, got {type(fn).__name__}")
+    arrays, bindings = check_inputs(fn, arrays)
+    check_memory(fn, bindings, "run_xla")
+    depth = call_depth(fn)
+    if depth > MAX_CALL_DEPTH:
+        raise UnsupportedError(
+            f"run_xla: Function {fn.name} nests @func calls {depth} deep; XLA's compiler "
+            f"crashes on call chains of about 200 (measured with jaxlib 0.10.2), so this exit "
+            f"takes at most {MAX_CALL_DEPTH}; merge some functions, or run it on the reference "
+            "backend"
+        )
     if devices is not None and devices != 1:
         from tilefoundry.exits.spmd.xla import run_spmd
 
-        return run_spmd(fn, tuple(np.asarray(a) for a in arrays), devices, bind_dims)
-    arrays = tuple(np.asarray(a) for a in arrays)
-    key = (id(fn), tuple((a.shape, a.dtype) for a in arrays))
-    entry = _EXECUTABLES.get(key)
-    if entry is None:  # a new (shapes, dtypes): check them against the signature, then compile
+        return run_spmd(fn, arrays, devices, bind_dims)
+    key = (id(fn), tuple((a.shape, a.dtype.str) for a in arrays))
+    entry = _EXECUTABLES.pop(key, None)
+    if entry is None:  # new (shapes, dtypes), already checked against the signature: compile
         from tilefoundry.exits.xla_jit import jitted
 
         text = compiled_text(fn, *arrays)
-        _check_dtypes(fn, arrays)
         try:
             call = jitted(text)
         except LookupError:
             call = _executable(text)
-        entry = _EXECUTABLES[key] = (fn, call)
-    flat = entry[1](*arrays)  # the held `fn` keeps id(fn) from being reused while cached
+        entry = (fn, call)  # the held `fn` keeps id(fn) from being reused while cached
+    _EXECUTABLES[key] = entry  # most recently used last
+    while len(_EXECUTABLES) > CACHED_EXECUTABLES:
+        del _EXECUTABLES[next(iter(_EXECUTABLES))]
+    flat = entry[1](*arrays)
     return structure(flat, fn.body.type if fn.body is not None else fn.return_type)
-
-
-def _check_dtypes(fn: Function, arrays: tuple[np.ndarray, ...]) -> None:
-    """An EvalError naming the parameter whose argument has another dtype (XLA would refuse it
-    with its own error, or jax would narrow it silently)."""
-    for param, array in zip(fn.params, arrays, strict=True):
-        expected = np.dtype(param.type.dtype.to_numpy())
-        if array.dtype != expected:
-            raise EvalError(
-                f"run_xla: Function {fn.name}: parameter '{param.name}' is "
-                f"{param.type.dtype.name} ({expected}), got an array of dtype {array.dtype}; "
-                "convert it with .astype(...) first"
-            )
 
 
 def structure(flat: list[np.ndarray], type_: Any) -> Any:

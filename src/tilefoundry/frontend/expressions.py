@@ -64,6 +64,30 @@ def is_static_callable(fn: Any) -> bool:
     return any(module == m or module.startswith(m + ".") for m in STATIC_MODULES)
 
 
+SHALLOW_CHAIN = 64
+"""Operator chains up to this many links are evaluated by plain recursion (the usual case)."""
+
+
+def _operator_chain(root: ast.BinOp | ast.UnaryOp) -> list[ast.AST]:
+    """The BinOp/UnaryOp nodes nested under `root` (itself last), operands before users, found
+    without recursion: `x + x + ... + x` and `- - - x` nest as deep as they are long, so a long
+    one is evaluated bottom-up from this list instead of by recursion that would reach Python's
+    recursion limit."""
+    order: list[ast.AST] = []
+    stack: list[tuple[ast.AST, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        stack.append((node, True))
+        children = (node.left, node.right) if isinstance(node, ast.BinOp) else (node.operand,)
+        stack.extend(
+            (c, False) for c in reversed(children) if isinstance(c, ast.BinOp | ast.UnaryOp)
+        )
+    return order
+
+
 class ExpressionBuilder:
     """Evaluates expression nodes against an Environment, building typed IR for tensor values."""
 
@@ -75,6 +99,8 @@ class ExpressionBuilder:
         self.current: ast.AST | None = None
         self.loop_domains: dict[Any, tuple[Any, Any, Any]] = {}
         """induction Var -> (start, stop, step) of its loop, to prove windows in range."""
+        self.ready: dict[int, Any] = {}
+        """Values of operator nodes evaluated ahead of their parent (`_operator_chain`)."""
 
     # ---- helpers --------------------------------------------------------------------------------
 
@@ -121,6 +147,17 @@ class ExpressionBuilder:
     # ---- dispatch -------------------------------------------------------------------------------
 
     def eval(self, node: ast.AST) -> Any:
+        if id(node) in self.ready:
+            return self.ready.pop(id(node))
+        if isinstance(node, ast.BinOp | ast.UnaryOp):
+            chain = _operator_chain(node)
+            if len(chain) > SHALLOW_CHAIN:
+                for link in chain:  # innermost first: each link's operands are ready
+                    self.ready[id(link)] = self._dispatch(link)
+                return self.ready.pop(id(node))
+        return self._dispatch(node)
+
+    def _dispatch(self, node: ast.AST) -> Any:
         outer, self.current = self.current, node
         try:
             method = getattr(self, f"eval_{type(node).__name__}", None)

@@ -18,6 +18,7 @@ from typing import Any
 
 from tilefoundry.errors import VerifyError
 from tilefoundry.frontend.annotations import TensorSpec
+from tilefoundry.frontend.depth import with_python_compiler_room
 from tilefoundry.frontend.errors import Diagnostics, SourceMap, internal_boundary
 from tilefoundry.frontend.scopes import Environment
 from tilefoundry.frontend.statements import BodyBuilder
@@ -63,7 +64,9 @@ def read_def(pyfn: Any) -> ParsedDef:
     source = SourceMap(file, first_line, indent, dedented)
     diag = Diagnostics(source, pyfn.__name__)
     try:
-        tree = ast.parse(dedented)
+        tree = with_python_compiler_room(
+            lambda: ast.parse(dedented), SourceSpan(source.file, first_line, indent + 1)
+        )
     except SyntaxError as err:
         raise VerifyError(
             f"Function {pyfn.__name__}: invalid syntax: {err.msg}",

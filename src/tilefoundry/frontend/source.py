@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tilefoundry.errors import InternalCompilerError, TileFoundryError, VerifyError
+from tilefoundry.frontend.depth import with_python_compiler_room
 from tilefoundry.gc_pause import gc_paused
 from tilefoundry.ir.core import SourceSpan
 
@@ -32,7 +33,9 @@ def parse_source(
     scope: dict[str, Any] = {"__name__": "__tilefoundry_source__"}
     scope.update(namespace or {})
     try:
-        code = compile(text, filename, "exec", dont_inherit=True)
+        code = with_python_compiler_room(
+            lambda: compile(text, filename, "exec", dont_inherit=True), SourceSpan(filename, 1, 1)
+        )
     except SyntaxError as err:
         raise VerifyError(
             f"Module {Path(filename).name}: invalid syntax: {err.msg}",
@@ -48,7 +51,26 @@ def parse_source(
         raise
     except Exception as err:
         raise _classify(err, filename) from None
+    except KeyboardInterrupt:
+        raise  # Ctrl-C, or the program's own: only the caller can tell (the CLI does)
+    except BaseException as err:  # SystemExit (sys.exit), a bare BaseException subclass
+        raise program_exit_error(err, filename) from None
     return scope
+
+
+def program_exit_error(err: BaseException, filename: str) -> VerifyError:
+    """The program's own error for a BaseException its top level raised: a DSL file is executed
+    to define its functions, so `sys.exit()` there must not end (or decide the verdict of) the
+    command that reads it."""
+    if isinstance(err, SystemExit):
+        what = f"called sys.exit({err.code!r})"
+    else:
+        what = f"raised {type(err).__name__}" + (f": {err}" if str(err) else "")
+    return VerifyError(
+        f"Module {Path(filename).name}: the program {what} while it was being loaded; a DSL "
+        "file runs to define its functions and must not exit or interrupt itself, so remove it",
+        location=_program_line(err, filename) or SourceSpan(filename, 1, 1),
+    )
 
 
 def _program_line(err: Exception, filename: str) -> SourceSpan | None:

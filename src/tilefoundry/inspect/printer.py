@@ -138,34 +138,47 @@ class _Printer:
     # ---- values ---------------------------------------------------------------------------------
 
     def reads(self, expr: Expr) -> frozenset[Var]:
-        """The Vars a value depends on (memoised); loop-invariance is decided with it."""
-        if expr not in self._reads:
-            if isinstance(expr, Var):
-                found = frozenset((expr,))
-            elif isinstance(expr, GridRegionExpr):
-                inner = frozenset().union(*(self.reads(c) for c in all_operands(expr)))
-                found = inner - _loop_locals(expr)
+        """The Vars a value depends on (memoised); loop-invariance is decided with it. Computed
+        from an explicit stack: a body is as deep as the program is long."""
+        stack: list[tuple[Expr, bool]] = [(expr, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in self._reads:
+                continue
+            children = all_operands(node)
+            if not expanded:
+                stack.append((node, True))
+                stack.extend((c, False) for c in children if c not in self._reads)
+                continue
+            if isinstance(node, Var):
+                found = frozenset((node,))
             else:
-                found = frozenset().union(*(self.reads(c) for c in all_operands(expr)))
-            self._reads[expr] = found
+                found = frozenset().union(*(self._reads[c] for c in children))
+                if isinstance(node, GridRegionExpr):
+                    found -= _loop_locals(node)
+            self._reads[node] = found
         return self._reads[expr]
 
     def emit(self, expr: Expr, lines: list[str], depth: int) -> None:
-        """Print `expr` and everything it needs that is not printed yet (post-order)."""
-        if expr in self.names:
-            return
-        if isinstance(expr, Var):
-            self.bind(expr, expr.name)  # a free Var (printing a bare expression) is named as is
-            return
-        if isinstance(expr, GridRegionExpr):
-            self.emit_region(expr, lines, depth)
-            return
-        for child in all_operands(expr):
-            self.emit(child, lines, depth)
-        if isinstance(expr, Call) and isinstance(expr.target, FusionRegion):
-            self.emit_fusion(expr, lines, depth)
-            return
-        lines.append(INDENT * depth + self.value_line(expr))
+        """Print `expr` and everything it needs that is not printed yet (post-order, operands
+        left to right), from an explicit stack: a body is as deep as the program is long. Only
+        a nested block (loop, fusion region) recurses, once per level of nesting."""
+        stack: list[tuple[Expr, bool]] = [(expr, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in self.names:
+                continue
+            if isinstance(node, Var):
+                self.bind(node, node.name)  # a free Var (printing a bare expression) as is
+            elif isinstance(node, GridRegionExpr):
+                self.emit_region(node, lines, depth)
+            elif not expanded:
+                stack.append((node, True))
+                stack.extend((child, False) for child in reversed(all_operands(node)))
+            elif isinstance(node, Call) and isinstance(node.target, FusionRegion):
+                self.emit_fusion(node, lines, depth)
+            else:
+                lines.append(INDENT * depth + self.value_line(node))
 
     def value_line(self, expr: Expr) -> str:
         if isinstance(expr, Constant):

@@ -14,7 +14,7 @@ from typing import Any
 
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Tuple, Var
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
-from tilefoundry.ir.hir.walk import all_operands
+from tilefoundry.ir.hir.walk import all_operands, callees_first
 from tilefoundry.ir.types import StorageKind, TensorType, TupleType, Type
 from tilefoundry.visitor_registry import TypeInferContext
 
@@ -98,7 +98,11 @@ class Rebuilder:
 
     def function(self, fn: Function) -> Function:
         if fn not in self.functions:
-            self.functions[fn] = self._rebuild_function(fn)
+            # Callees are rebuilt before their callers, so rebuilding a call finds its target
+            # done: a chain of nested @func calls costs no recursion per level.
+            for callee in callees_first(fn):
+                if callee not in self.functions:
+                    self.functions[callee] = self._rebuild_function(callee)
         return self.functions[fn]
 
     def _rebuild_function(self, fn: Function) -> Function:

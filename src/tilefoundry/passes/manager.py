@@ -25,10 +25,12 @@ from tilefoundry.errors import InternalCompilerError, VerifyError
 from tilefoundry.gc_pause import gc_paused
 from tilefoundry.inspect import format_ir
 from tilefoundry.ir.core import Expr, Module, source_span
-from tilefoundry.ir.types import tensor_fields
+from tilefoundry.ir.hir.walk import iter_nodes
+from tilefoundry.ir.types import TensorType, TupleType, tensor_fields
 from tilefoundry.passes.fuse import FusionReport, fuse_with_report
 from tilefoundry.passes.legalize import legalize
 from tilefoundry.passes.verify import verify
+from tilefoundry.visitor_registry import describe
 
 DEBUG_ENV = "TILEFOUNDRY_DEBUG_PASSES"
 
@@ -93,8 +95,10 @@ class PassManager:
 
 
 def require_static_signatures(ir: Any) -> None:
-    """The tensor tier has static dimensions only (SFEP-0053 §3.2). A dynamic signature is the
-    user's choice, not a pass's breakage, so it is refused up front as a VerifyError."""
+    """The tensor tier has static, positive dimensions only (SFEP-0053 §3.2). A dynamic
+    signature or a zero-size value is the user's choice, not a pass's breakage, so it is refused
+    up front as a VerifyError (located at the value) rather than as the verifier's complaint
+    about legalize's output."""
     functions = ir.functions if isinstance(ir, Module) else (ir,)
     for fn in functions:
         signature = [(f"parameter '{p.name}'", p.type) for p in fn.params]
@@ -109,6 +113,25 @@ def require_static_signatures(ir: Any) -> None:
                         "take dynamic functions directly and bind them per call)",
                         location=source_span(fn),
                     )
+        _refuse_zero_sizes(fn)
+
+
+def _refuse_zero_sizes(fn: Any) -> None:
+    values = [(f"parameter '{p.name}'", p.type, p) for p in fn.params]
+    values.append(("the return type", fn.return_type, fn))
+    if isinstance(fn.body, Expr):
+        values += [(describe(n), n.type, n) for n in iter_nodes(fn.body) if n not in fn.params]
+    for what, type_, node in values:
+        if not isinstance(type_, TensorType | TupleType):
+            continue
+        for tensor in tensor_fields(type_):
+            if any(isinstance(d, int) and d <= 0 for d in tensor.shape):
+                raise VerifyError(
+                    f"compile: Function {fn.name}: {what} has the zero-size type {tensor}; the "
+                    "tensor tier (legalize, fusion) needs extents >= 1, so drop the "
+                    "empty value or give it a positive extent",
+                    location=source_span(node) or source_span(fn),
+                )
 
 
 @gc_paused

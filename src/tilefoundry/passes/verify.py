@@ -17,12 +17,12 @@ from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
 from tilefoundry.ir.hir.signature import type_mismatch
-from tilefoundry.ir.hir.walk import all_operands
+from tilefoundry.ir.hir.walk import all_operands, callees_first
 from tilefoundry.ir.types import TensorType, TupleType, Type, UnitType, tensor_fields
 from tilefoundry.ir.types.shard import Layout
 from tilefoundry.passes.fusion_rules import fusion_kind
 from tilefoundry.passes.graph import post_order
-from tilefoundry.passes.legalize import adopted_literals, implicitly_broadcast
+from tilefoundry.passes.legalize import adopted_literals
 from tilefoundry.passes.region_check import check_region
 from tilefoundry.visitor_registry import FusionKind, TypeInferContext, describe
 
@@ -68,9 +68,16 @@ class _Verifier:
         self.remember = trusted is not None
 
     def function(self, fn: Function) -> None:
+        """Check `fn` and every Function it calls, callees first (a chain of nested calls costs
+        no recursion per level)."""
         if fn in self.done:
             return
-        self.done.add(fn)
+        for each in callees_first(fn):
+            if each not in self.done:
+                self.done.add(each)
+                self._function(each)
+
+    def _function(self, fn: Function) -> None:
         where = f"Function {fn.name}"
         for param in fn.params:
             self.check_type(param, param.type, f"{where}: parameter '{param.name}'")
@@ -199,7 +206,7 @@ class _Verifier:
 
     def explicit_only(self, call: Call, what: str) -> None:
         """Tensor tier: what legalize makes explicit must not reappear."""
-        broadcast = implicitly_broadcast(call)
+        broadcast = _reshaped_operands(call)
         if broadcast:
             fail(call, f"{what}: implicit broadcast of operand {broadcast[0]} in the tensor "
                  "tier; legalize inserts broadcastto")  # fmt: skip
@@ -294,6 +301,21 @@ class _FreeVars:
 
     def of_all(self, roots: tuple[Expr, ...]) -> frozenset[Var]:
         return frozenset().union(*(self.of(r) for r in roots))
+
+
+def _reshaped_operands(call: Call) -> tuple[int, ...]:
+    """The positions of an elementwise call's tensor operands whose shape is not the result's:
+    an implicit broadcast. Read off the shapes alone, not through legalize's access-relation
+    reading, so the checker does not share a blind spot with the pass it checks (a same-rank
+    broadcast such as f32[4,8] + f32[1,8] is one)."""
+    out = call.type
+    if fusion_kind(call) != FusionKind.ELEMENTWISE or not isinstance(out, TensorType):
+        return ()
+    return tuple(
+        i
+        for i, arg in enumerate(call.args)
+        if isinstance(arg.type, TensorType) and tuple(arg.type.shape) != tuple(out.shape)
+    )
 
 
 def _arity(type_: Type) -> int:

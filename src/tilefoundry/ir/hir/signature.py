@@ -9,13 +9,16 @@ its half-open envelope or the same DimVar — never a different one (hir §1.1 b
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from tilefoundry.errors import EvalError, VerifyError
+import numpy as np
+
+from tilefoundry.errors import EvalError, UnsupportedError, VerifyError
 from tilefoundry.ir.core import Var
 from tilefoundry.ir.types import (
     DimVar,
+    DType,
     ShapeDim,
     TensorType,
     TupleType,
@@ -182,3 +185,50 @@ def _bind(bindings: Bindings, seen: dict[DimVar, str], var: DimVar, extent: int,
         )
     bindings[var] = extent
     seen.setdefault(var, at)
+
+
+def numpy_carrier(dtype: DType, where: str) -> np.dtype:
+    """The numpy dtype that carries `dtype` (every DType has one); exits with a narrower dtype
+    table pass their own `carrier` to `check_arguments` instead."""
+    return np.dtype(dtype.to_numpy())
+
+
+def check_arguments(
+    fn_name: str,
+    params: Sequence[Var],
+    arrays: Sequence[Any],
+    caller: str,
+    carrier: Callable[[DType, str], np.dtype] = numpy_carrier,
+) -> tuple[tuple[np.ndarray, ...], Bindings]:
+    """The one input check of every engine that runs a function on arrays (the evaluator and
+    every exit): the count, each argument's dtype exactly the parameter's (never a silent
+    conversion or a reinterpretation of its bits), then ranks, extents and DimVars
+    (`bind_dim_vars`). Returns the arguments as ndarrays and the DimVar bindings; each refusal is
+    an EvalError naming the parameter and the fix."""
+    if len(arrays) != len(params):
+        names = ", ".join(p.name for p in params)
+        raise EvalError(
+            f"{caller}: Function {fn_name}: expected {len(params)} argument(s) ({names}), "
+            f"got {len(arrays)}; pass one array per parameter"
+        )
+    checked = []
+    for param, array in zip(params, arrays, strict=True):
+        where = f"Function {fn_name}: parameter '{param.name}'"
+        if not isinstance(param.type, TensorType):
+            raise UnsupportedError(f"{caller}: {where} is {param.type}; it takes tensor parameters")
+        expected = carrier(param.type.dtype, where)
+        try:
+            value = np.asarray(array)
+        except (TypeError, ValueError) as err:
+            raise EvalError(
+                f"{where}: the argument is not an array ({err}); pass a numpy array of dtype "
+                f"{expected}"
+            ) from None
+        if value.dtype != expected:
+            raise EvalError(
+                f"{where} is {param.type.dtype.name} ({expected}), got an array of dtype "
+                f"{value.dtype}; convert it with .astype({expected.name!r}) first"
+            )
+        checked.append(value)
+    bindings = bind_dim_vars(fn_name, params, [a.shape for a in checked])
+    return tuple(checked), bindings

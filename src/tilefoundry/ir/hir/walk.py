@@ -46,6 +46,47 @@ def iter_nodes(root: Expr) -> Iterator[Expr]:
         stack.extend(all_operands(node))
 
 
+def _callees(fn: Function) -> list[Function]:
+    """The Functions `fn` reaches directly: its variants and the targets of its calls."""
+    from tilefoundry.ir.hir.function import Function  # function.py imports this module
+
+    found = list(fn.variants)
+    if fn.body is not None:
+        found += [
+            n.target
+            for n in iter_nodes(fn.body)
+            if isinstance(n, Call) and isinstance(n.target, Function)
+        ]
+    return found
+
+
+def callees_first(root: Function) -> list[Function]:
+    """`root` and every Function it reaches through calls and variants, each once, callees
+    before callers (`root` last), found without recursion."""
+    order: list[Function] = []
+    entered: set[Function] = set()  # a call cycle is entered once, never looped through
+    stack: list[tuple[Function, bool]] = [(root, False)]
+    while stack:
+        fn, expanded = stack.pop()
+        if expanded:
+            order.append(fn)
+            continue
+        if fn in entered:
+            continue
+        entered.add(fn)
+        stack.append((fn, True))
+        stack.extend((c, False) for c in reversed(_callees(fn)) if c not in entered)
+    return order
+
+
+def call_depth(root: Function) -> int:
+    """The longest chain of nested calls from `root` (1 for a function that calls none)."""
+    depth: dict[Function, int] = {}
+    for fn in callees_first(root):
+        depth[fn] = 1 + max((depth.get(c, 0) for c in _callees(fn)), default=0)
+    return depth[root]
+
+
 def check_loop_bounds_bound(fn: Function) -> None:
     """hir §1.2: every DimVar in a loop's start/extent/step is bound by a parameter shape."""
     bound = set(input_dim_vars(fn).values())

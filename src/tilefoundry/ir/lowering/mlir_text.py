@@ -60,6 +60,10 @@ def element_type(dtype: DType) -> str:
         ) from None
 
 
+MAX_EXTENT = 2**63 - 1
+"""StableHLO extents are signed 64-bit integers."""
+
+
 def static_shape(type_: TensorType, bindings: Mapping[Any, int] | None = None) -> tuple[int, ...]:
     """The concrete extents of `type_`, resolving DimVars through `bindings` (run_xla passes the
     call's argument shapes; the emitted module is always static)."""
@@ -73,6 +77,11 @@ def static_shape(type_: TensorType, bindings: Mapping[Any, int] | None = None) -
             raise UnsupportedError(
                 f"StableHLO exit: extent {dim} is symbolic; emit with concrete shapes "
                 "(run_xla binds them from the arguments)"
+            )
+        if not 0 <= dims[-1] <= MAX_EXTENT:
+            raise UnsupportedError(
+                f"StableHLO exit: extent {dims[-1]} of {type_} is outside StableHLO's signed "
+                "64-bit range [0, 2**63); use smaller dimensions"
             )
     return tuple(dims)
 
@@ -88,6 +97,28 @@ def is_on_one_device(layout: object) -> bool:
 def mesh_is_on_one_device(mesh: object) -> bool:
     """Whether every level of `mesh` is a CTA grid inside one device (see is_on_one_device)."""
     return all(t.name == "cta" for t in mesh.topologies)
+
+
+_SYMBOL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+def mlir_symbol(name: str, empty: str = "tilefoundry") -> str:
+    """`name` as an MLIR bare identifier (ASCII letters, digits and `_`, not starting with a
+    digit), mangled deterministically: other ASCII characters become `_`, a non-ASCII one
+    becomes `_U<hex code point>_` (`函数` is `_U51FD__U6570_`), a leading digit gets a `_` in
+    front, and an empty name is `empty`. Symbols that collide are told apart by the caller."""
+    out = []
+    for char in name:
+        if char in _SYMBOL_CHARS:
+            out.append(char)
+        elif char.isascii():
+            out.append("_")
+        else:
+            out.append(f"_U{ord(char):X}_")
+    text = "".join(out)
+    if not text:
+        return empty
+    return f"_{text}" if text[0].isdigit() else text
 
 
 def check_logical_layout(type_: TensorType, what: str) -> None:

@@ -186,9 +186,31 @@ def is_mode_composition(result, a, b) -> bool:
     layouts(stride=st.sampled_from([0, 1, 2, 3, 4, 6, 8])),
 )
 def test_composition_is_a_then_b_and_agrees_with_pycute(a, b):
+    """Issue 20: composition checks its whole postcondition for static inputs and refuses when
+    it fails (pycute returns a layout that breaks it for B's modes that overlap in A)."""
     agree_or_justified_refusal(
-        composition, pc.composition, (a, b), lambda r: is_mode_composition(r, a, b)
+        composition,
+        pc.composition,
+        (a, b),
+        lambda r: is_mode_composition(r, a, b) and is_composition(r, a, b),
     )
+
+
+def test_composition_refuses_a_candidate_that_breaks_the_postcondition():
+    """Issue 20: `(6,2):(2,1) o (2,3):(3,2)` gives `(2,3):(6,4)` by the mode rules, but
+    R(5) = 14 while A(B(5)) = 3, so it is refused; pycute returns the broken layout."""
+    a, b = Layout((6, 2), (2, 1)), Layout((2, 3), (3, 2))
+    theirs_result = pc.composition(theirs(a), theirs(b))
+    assert theirs_result(5) == 14 and a(b(5)) == 3
+    with pytest.raises(VerifyError, match=r"R\(5\) = 14, but a\(b\(5\)\) = 3"):
+        composition(a, b)
+
+
+def test_composition_with_an_extent_one_negative_stride_mode():
+    """Issue 20: `composition(Layout(4, 16), Layout(1, -32))` has the valid answer `1:-512`."""
+    result = composition(Layout(4, 16), Layout(1, -32))
+    assert (result.shape, result.stride) == (1, -512)
+    assert result(0) == Layout(4, 16)(Layout(1, -32)(0))
 
 
 @PROPERTY

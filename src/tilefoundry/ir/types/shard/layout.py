@@ -465,10 +465,50 @@ def composition(a: Layout, b: Any) -> Layout:
         return _per_mode(fn, composition, a, b)
     b = _tiler(b, fn)
     if is_tuple(b.shape):
-        return make_layout(composition(a, mode) for mode in b.modes())
-    if is_value(b.stride, 0):
+        result = make_layout(composition(a, mode) for mode in b.modes())
+    elif is_value(b.stride, 0):
         return Layout(b.shape, 0)
-    return _compose_mode(_static(coalesce(a), fn), _static(b, fn))
+    elif is_value(b.shape, 1) and is_int(b.stride) and b.stride < 0:
+        # one coordinate, so any stride is a valid answer: the one the mirrored positive
+        # stride gives, negated (`composition(4:16, 1:-32)` is `1:-512`)
+        mirrored = _compose_mode(_static(coalesce(a), fn), Layout(1, -b.stride))
+        return Layout(1, -mirrored.stride)
+    else:
+        result = _compose_mode(_static(coalesce(a), fn), _static(b, fn))
+    if _is_static_layout(a) and _is_static_layout(b):
+        _check_composed(a, b, result)
+    return result
+
+
+POSTCONDITION_CHECKED = 4096
+"""Coordinates of `b` at which `composition` checks its postcondition: all of a smaller `b`,
+the first and the last this many of a larger one."""
+
+
+def _check_composed(a: Layout, b: Layout, result: Layout) -> None:
+    """Refuse a result that breaks the defining postcondition R(c) == a(b(c)) (for every `c`
+    whose b(c) lies in a's domain): the divisibility checks above
+    are necessary, not sufficient (`(6,2):(2,1) o (2,3):(3,2)` passes them and gives
+    `(2,3):(6,4)`, whose R(5) = 14 while a(b(5)) = 3; pycute returns the same wrong layout)."""
+    size = product(b.shape)
+    if size <= 2 * POSTCONDITION_CHECKED:
+        coords = range(size)
+    else:
+        coords = [*range(POSTCONDITION_CHECKED), *range(size - POSTCONDITION_CHECKED, size)]
+    domain = a.size()
+    for c in coords:
+        if b(c) >= domain:
+            continue  # beyond its domain `a` is only extended by its last mode
+        got, want = result(c), a(b(c))
+        if got != want:
+            raise VerifyError(
+                f"composition: {a} o {b} is not a layout: the candidate {result} gives "
+                f"R({c}) = {got}, but a(b({c})) = {want}; the composition is refused"
+            )
+
+
+def _is_static_layout(layout: Layout) -> bool:
+    return all(is_int(v) for v in (*flatten(layout.shape), *flatten(layout.effective_stride)))
 
 
 def _compose_mode(a: Layout, b: Layout) -> Layout:

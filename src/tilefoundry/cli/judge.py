@@ -1,0 +1,147 @@
+"""The oracle judge of `tilefoundry run`: does a backend's output equal the reference oracle's?
+
+Judged element by element, so no entry can hide an error in another:
+
+- NaN equals NaN (both NaN at the same index); NaN against a number is a difference.
+- An infinity must match exactly: the same sign at the same index.
+- Finite values agree when `|got - want| <= atol * scale + rtol * |want|`, with `rtol`/`atol` per
+  dtype (`TOLERANCES`, the narrower of the two dtypes) unless given. `scale` is the median
+  magnitude of the oracle's finite values (at least 1): backends sum in different orders, so an
+  entry near zero that is the difference of typical-size terms carries an absolute error of that
+  typical size; a median is not moved by a few huge entries, so an oracle entry of 1e30 does not
+  excuse an error of 1e25 elsewhere.
+- Integers and booleans must be equal.
+- Shapes must be equal.
+
+The verdict keeps the worst elements (largest excess over their allowance) for the message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "float64": (1e-9, 1e-9),
+    "float32": (1e-4, 1e-5),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (5e-2, 5e-2),
+}
+"""(rtol, atol) by float dtype. The 1-byte floats (fp8, f8e8m0) and anything not listed: a
+quarter (their mantissas have 3 bits or none, so one rounding step is 1/8 or more)."""
+NARROW_TOLERANCE = (0.25, 0.25)
+WORST_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One element that differs: which output, where, the two values, and what was allowed."""
+
+    output: int
+    index: tuple[int, ...]
+    got: float
+    want: float
+    allowed: float
+
+    def __str__(self) -> str:
+        where = f"out{self.output}[{', '.join(map(str, self.index))}]"
+        allowed = f"allowed ±{self.allowed:.3g}"
+        return f"{where}: got {self.got:.6g}, expected {self.want:.6g} ({allowed})"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    max_abs_diff: float
+    mismatches: int = 0
+    worst: tuple[Mismatch, ...] = ()
+    problems: tuple[str, ...] = field(default=())
+
+    def summary(self) -> str:
+        """One line per problem and per worst element, for the disagreement message."""
+        lines = list(self.problems)
+        if self.mismatches:
+            lines.append(f"{self.mismatches} element(s) differ; the worst:")
+            lines.extend(f"  {m}" for m in self.worst)
+        return "\n".join(lines)
+
+
+def tolerance(got: np.dtype, want: np.dtype) -> tuple[float, float]:
+    """The (rtol, atol) default of the narrower float dtype of the pair."""
+    floats = [d for d in (got, want) if d.kind in "fcV"]
+    narrow = min(floats, key=lambda d: d.itemsize)
+    return TOLERANCES.get(narrow.name, NARROW_TOLERANCE)
+
+
+def _is_float(dtype: np.dtype) -> bool:
+    return dtype.kind in "fcV"  # V: ml_dtypes' narrow floats
+
+
+def judge(
+    got: list[np.ndarray],
+    want: list[np.ndarray],
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> Verdict:
+    """Compare each output with the oracle's (same count and order)."""
+    problems: list[str] = []
+    if len(got) != len(want):
+        problems.append(f"the backend gave {len(got)} output(s), the oracle {len(want)}")
+    worst_diff, count, worst = 0.0, 0, []
+    for i, (a, b) in enumerate(zip(got, want, strict=False)):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape:
+            problems.append(f"out{i}: shape {a.shape}, expected {b.shape}")
+            continue
+        if _is_float(a.dtype) or _is_float(b.dtype):
+            rt, at = tolerance(a.dtype, b.dtype)
+            bad, diff, allowed, a64, b64 = _float_mismatches(
+                a, b, rt if rtol is None else rtol, at if atol is None else atol
+            )
+        else:
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            bad = a != b
+            diff = np.abs(a64 - b64)
+            allowed = np.zeros(a.shape)
+        finite_diff = diff[np.isfinite(diff)]
+        if finite_diff.size:
+            worst_diff = max(worst_diff, float(finite_diff.max()))
+        if bad.any():
+            worst_diff = max(worst_diff, float(np.max(np.where(bad, diff, 0.0))))
+        count += int(bad.sum())
+        worst.extend(_worst_of(i, bad, diff - allowed, a64, b64, allowed))
+    worst.sort(key=lambda pair: -pair[0])
+    shown = tuple(m for _, m in worst[:WORST_SHOWN])
+    return Verdict(not problems and not count, worst_diff, count, shown, tuple(problems))
+
+
+def _float_mismatches(a: np.ndarray, b: np.ndarray, rtol: float, atol: float):
+    """Per element: (differs, |diff|, allowance) with NaN == NaN and exact infinities."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    finite_want = np.abs(b64[np.isfinite(b64)])
+    scale = max(1.0, float(np.median(finite_want))) if finite_want.size else 1.0
+    allowed = atol * scale + rtol * np.where(np.isfinite(b64), np.abs(b64), 0.0)
+    both_finite = np.isfinite(a64) & np.isfinite(b64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(both_finite, np.abs(a64 - b64), np.inf)
+    same_nan = np.isnan(a64) & np.isnan(b64)
+    same_inf = np.isinf(a64) & (a64 == b64)
+    diff = np.where(same_nan | same_inf, 0.0, diff)
+    bad = ~(same_nan | same_inf) & ~(both_finite & (diff <= allowed))
+    return bad, diff, allowed, a64, b64
+
+
+def _worst_of(output: int, bad, excess, a64, b64, allowed) -> list[tuple[float, Mismatch]]:
+    if not bad.any():
+        return []
+    flat = np.flatnonzero(bad)
+    order = flat[np.argsort(-excess.ravel()[flat], kind="stable")][:WORST_SHOWN]
+    out = []
+    for k in order:
+        index = tuple(int(j) for j in np.unravel_index(k, bad.shape))
+        mismatch = Mismatch(
+            output, index, float(a64[index]), float(b64[index]), float(allowed[index])
+        )
+        out.append((float(excess.ravel()[k]), mismatch))
+    return out

@@ -1,0 +1,76 @@
+"""Resource checks before work (issue 20: "the evaluator and the exits estimate a program's memory
+from its types and refuse with the figure when it cannot fit (a configurable limit, default from
+the machine's memory)"). Expected byte counts are worked out by hand from the shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from support.functions import call, function_of
+from tilefoundry.errors import EvalError
+from tilefoundry.evaluator import evaluate
+from tilefoundry.ir.hir.footprint import MEMORY_ENV, memory_limit, program_bytes, value_bytes
+from tilefoundry.ir.hir.math import Binary, BinaryKind
+from tilefoundry.ir.types import DimVar, f32, i8, make_shard_tensor_type, make_tensor_type
+from tilefoundry.ir.types.shard import Broadcast, Split, make_mesh
+
+N = DimVar("N", 1, 2**40)
+
+
+def doubled(shape=(256,)):
+    return function_of(
+        {"x": make_tensor_type(shape, f32)}, lambda x: call(Binary(kind=BinaryKind.ADD), x, x)
+    )
+
+
+def test_the_estimate_counts_parameters_and_computed_values_once():
+    assert program_bytes(doubled(), {}) == 256 * 4 * 2  # x, and x + x
+    assert program_bytes(doubled((N,)), {"N": 10}) == 10 * 4 * 2
+
+
+def test_a_mesh_value_counts_once_per_device_holding_a_copy():
+    mesh = make_mesh((2, 4), ("a", "b"))
+    split = make_shard_tensor_type((8, 8), i8, mesh=mesh, attrs=(Split(0), Split(1)))
+    half = make_shard_tensor_type((8, 8), i8, mesh=mesh, attrs=(Split(0), Broadcast()))
+    replicated = make_shard_tensor_type((8, 8), i8, mesh=mesh, attrs=(Broadcast(), Broadcast()))
+    assert value_bytes(split, {}) == 64
+    assert value_bytes(half, {}) == 64 * 4
+    assert value_bytes(replicated, {}) == 64 * 8
+
+
+@pytest.mark.parametrize(("setting", "limit"), [("100", 100), ("2K", 2048), ("1.5G", 3 * 2**29)])
+def test_the_limit_is_configurable(monkeypatch, setting, limit):
+    monkeypatch.setenv(MEMORY_ENV, setting)
+    assert memory_limit() == limit
+
+
+def test_the_default_limit_is_the_machines_memory(monkeypatch):
+    monkeypatch.delenv(MEMORY_ENV, raising=False)
+    with open("/proc/meminfo", encoding="ascii") as info:
+        total_kib = int(info.readline().split()[1])
+    assert abs(memory_limit() - total_kib * 1024) < 64 * 2**20
+
+
+def test_a_bad_setting_is_named(monkeypatch):
+    monkeypatch.setenv(MEMORY_ENV, "lots")
+    with pytest.raises(EvalError, match=f"{MEMORY_ENV}='lots' is not a size"):
+        memory_limit()
+
+
+def test_evaluate_refuses_up_front_with_the_figure(monkeypatch):
+    monkeypatch.setenv(MEMORY_ENV, "1K")
+    x = np.ones(256, np.float32)
+    with pytest.raises(EvalError, match=r"needs about 2\.0 KiB .* more than the 1\.0 KiB limit"):
+        evaluate(doubled(), x)
+    monkeypatch.setenv(MEMORY_ENV, "2K")
+    np.testing.assert_array_equal(evaluate(doubled(), x), x + x)
+
+
+def test_run_xla_refuses_up_front_with_the_figure(monkeypatch):
+    pytest.importorskip("jax")
+    from tilefoundry.exits.xla import run_xla
+
+    monkeypatch.setenv(MEMORY_ENV, "1K")
+    with pytest.raises(EvalError, match=r"run_xla: Function f needs about 2\.0 KiB"):
+        run_xla(doubled(), np.ones(256, np.float32))
