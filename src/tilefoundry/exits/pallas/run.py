@@ -16,14 +16,13 @@ from typing import Any
 import numpy as np
 
 from tilefoundry.errors import EvalError, UnsupportedError
-from tilefoundry.evaluator.boundary import check_input
 from tilefoundry.exits.pallas.grid import EXIT, BlockMap, block_map, fields, find_grid
 from tilefoundry.exits.pallas.kernel import KernelBody
 from tilefoundry.exits.pallas.namespace import KernelNamespace, KernelRef
 from tilefoundry.exits.pallas.preflight import array_constants, preflight
 from tilefoundry.ir.core import Constant, source_span
 from tilefoundry.ir.hir import Function, select_variant
-from tilefoundry.ir.hir.signature import bind_dim_vars
+from tilefoundry.ir.hir.signature import check_arguments
 from tilefoundry.ir.types import TupleType, resolve_dim
 from tilefoundry.ir.types.shard import Mesh
 from tilefoundry.visitor_registry import TypeInferContext
@@ -136,7 +135,7 @@ def lower_pallas(fn: Function, *arrays: Any, caller: str = "run_pallas") -> Pall
     """The kernel of `fn` for these arguments (checked as `evaluate` checks them)."""
     if not isinstance(fn, Function):
         raise EvalError(f"{caller}: expected a hir Function, got {type(fn).__name__}")
-    checked, bindings = _checked_arguments(fn, arrays, caller)
+    checked, bindings = check_arguments(fn.name, fn.params, arrays, caller)
     if fn.is_dispatch_base:
         fn = select_variant(fn, bindings={var.name: n for var, n in bindings.items()})
     TypeInferContext().infer(fn)
@@ -156,20 +155,6 @@ def lower_pallas(fn: Function, *arrays: Any, caller: str = "run_pallas") -> Pall
         outputs.append(block_map(str(index), type_, shape, mesh, where, fn.body))
     grid = tuple(mesh.shape) if mesh is not None else ()
     return PallasKernel(fn, mesh, grid, tuple(inputs), tuple(outputs), bindings, constants)
-
-
-def _checked_arguments(fn: Function, arrays: Sequence[Any], caller: str):
-    """The arguments checked exactly as `evaluate` checks them (count, dtype, then DimVars by
-    `bind_dim_vars`), and the bindings. This is the evaluator's own sequence; when the shared
-    input-check helper lands (`signature.check_arguments`, being added for evaluate and
-    run_xla), this body becomes that one call."""
-    if len(arrays) != len(fn.params):
-        raise EvalError(
-            f"{caller}: Function {fn.name}: expected {len(fn.params)} argument(s) "
-            f"({', '.join(p.name for p in fn.params)}), got {len(arrays)}"
-        )
-    checked = [check_input(fn.name, p, a) for p, a in zip(fn.params, arrays, strict=True)]
-    return checked, bind_dim_vars(fn.name, fn.params, [a.shape for a in checked])
 
 
 def _refuse_wide(dtype, where: str, node) -> None:
