@@ -78,3 +78,18 @@ def test_the_executable_cache_is_bounded():
     run_xla(fn, x)
     run_xla(fn, x)  # a hit moves to the back, compiling nothing new
     assert next(reversed(xla._EXECUTABLES.values()))[0] is fn
+
+
+def test_a_mesh_larger_than_one_process_can_hold_is_refused_before_lowering():
+    """Issue 20: "device counts checked before any mesh is built". A 4,096-device mesh used to be
+    lowered and compiled for a long time before XLA's CPU client failed; the count alone decides
+    (at most 2,048 devices per CPU process), so run_xla refuses it before building the module."""
+    from tilefoundry.errors import UnsupportedError
+    from tilefoundry.ir.types import make_shard_tensor_type
+    from tilefoundry.ir.types.shard import Split, make_mesh
+
+    mesh = make_mesh((4096,), ("d",))
+    sharded = make_shard_tensor_type((4096,), f32, mesh=mesh, attrs=(Split(0),))
+    fn = function_of({"x": sharded}, lambda x: call(Add(), x, x))
+    with pytest.raises(UnsupportedError, match=r"4096 devices.*at most 2048.*2 processes"):
+        run_xla(fn, np.ones(4096, np.float32), devices=4096)

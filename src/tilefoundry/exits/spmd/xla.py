@@ -49,17 +49,28 @@ def _block(type_: TensorType, shape: tuple[int, ...], device: int) -> tuple:
     return tuple(index)
 
 
+def _check_device_count(count: int) -> None:
+    """Refuse, before the module is built, a device count this process cannot hold: building
+    and compiling a module for thousands of devices takes long only to fail inside XLA."""
+    from jax.extend import backend
+
+    from tilefoundry.exits.distributed.placement import check_host_devices
+
+    check_host_devices(count, 1)
+    available = len(backend.get_backend("cpu").devices())
+    if available < count:
+        raise UnsupportedError(
+            f"run_xla: the program's mesh needs {count} devices but XLA has {available}; "
+            f"on CPU start the process with XLA_FLAGS=--xla_force_host_platform_device_count="
+            f"{count} (set before jax initialises its backend)"
+        )
+
+
 def _compile(text: str, count: int):
     from jax.extend import backend
 
     cpu = backend.get_backend("cpu")
     available = cpu.devices()
-    if len(available) < count:
-        raise UnsupportedError(
-            f"run_xla: the program's mesh needs {count} devices but XLA has {len(available)}; "
-            f"on CPU start the process with XLA_FLAGS=--xla_force_host_platform_device_count="
-            f"{count} (set before jax initialises its backend)"
-        )
     options = backend.get_compile_options(
         num_replicas=1, num_partitions=count, device_assignment=np.arange(count).reshape(1, count)
     )
@@ -84,6 +95,7 @@ def run_spmd(
     key = (id(fn), devices, tuple((a.shape, a.dtype.str) for a in arrays))
     entry = _EXECUTABLES.get(key)
     if entry is None:
+        _check_device_count(devices)
         module = lower_spmd(fn, bindings=bindings or None)
         count = prod(module.mesh.shape)
         if count != devices:
