@@ -59,6 +59,13 @@ def transpose_not_view_like(x: Tensor[(16, 8), "f32"]):
 
 
 @func
+def transpose_reshape_into_reduction(x: Tensor[(16, 8), "f32"]):
+    """A transpose read through a reshape by a reduction still feeds the reduction."""
+    flat = tf.reshape(tf.transpose(tf.exp(x), (1, 0)), (128,))
+    return tf.reduce(flat, axes=(0,), keepdim=False, kind="sum")
+
+
+@func
 def transpose_into_matmul(x: Tensor[(16, 8), "f32"], w: Tensor[(16, 4), "f32"]):
     """A transposed operand is a contraction's operand prologue (a dot reads it by index map)."""
     return tf.matmul(tf.transpose(tf.exp(x), (1, 0)), w)

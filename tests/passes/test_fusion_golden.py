@@ -63,6 +63,8 @@ def test_transpose_into_reduction_is_a_barrier_but_into_elementwise_or_matmul_fu
     index map, a contraction's operand prologue), not for a reduction (it reorders its walk)."""
     assert all("reduce" not in ops or "transpose" not in ops
                for _, ops in _kinds(programs.transpose_not_view_like))  # fmt: skip
+    assert all("reduce" not in ops or "transpose" not in ops
+               for _, ops in _kinds(programs.transpose_reshape_into_reduction))  # fmt: skip
     [(_, ops)] = _kinds(programs.transpose_view_like)
     assert ops[0] == "transpose"
     assert _kinds(programs.transpose_into_matmul) == [

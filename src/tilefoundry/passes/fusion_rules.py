@@ -71,16 +71,46 @@ def _explicit_plain_layout(type_: object) -> bool:
     )
 
 
-def view_like(view: Call, consumers: Sequence[Expr]) -> bool:
-    """Whether `view` (a VIEW op) is an index map for `consumers` (its users inside the region)."""
+def view_like(
+    view: Call,
+    consumers: Sequence[Expr],
+    readers: Mapping[Expr, Sequence[Expr]] | None = None,
+    region: Collection[Expr] | None = None,
+) -> bool:
+    """Whether `view` (a VIEW op) is an index map for `consumers` (its users inside the region).
+
+    `readers` maps each region member to its users (`region`, when given, filters them to the
+    region's members), so a transpose read through further views is judged by the op at the end
+    of the view chain: transpose -> reshape -> reduce is still a transpose feeding a reduction."""
     if any(_explicit_plain_layout(t) for t in (view.type, *(a.type for a in view.args))):
         return False
     name = type(view.target).__name__
     if name in ALWAYS_VIEW_LIKE:
         return True
     if name == "Transpose":
-        return all(fusion_kind(c) in TRANSPOSE_READERS for c in consumers)
+        return _read_by_index_maps(consumers, readers or {}, region)
     return False
+
+
+def _read_by_index_maps(
+    consumers: Sequence[Expr],
+    readers: Mapping[Expr, Sequence[Expr]],
+    region: Collection[Expr] | None,
+) -> bool:
+    """Every reader of a transpose, following views through to the ops they feed, is one that
+    reads through an index map (TRANSPOSE_READERS)."""
+    stack, seen = list(consumers), set()
+    while stack:
+        reader = stack.pop()
+        if reader in seen:
+            continue
+        seen.add(reader)
+        kind = fusion_kind(reader)
+        if kind not in TRANSPOSE_READERS:
+            return False
+        if kind == FusionKind.VIEW:
+            stack.extend(u for u in readers.get(reader, ()) if region is None or u in region)
+    return True
 
 
 def is_fusible_edge(
@@ -118,7 +148,7 @@ def is_fusible_edge(
     if not producer_users or any(u not in region for u in producer_users):
         return False
     if producer_kind == FusionKind.VIEW:
-        return view_like(producer, producer_users)
+        return view_like(producer, producer_users, users, region)
     return True
 
 

@@ -54,7 +54,7 @@ def check_region(call: Call, fail: Fail) -> None:
                     fail(node, f"FusionRegion: root {describe(node)} is consumed inside its region "
                          f"by {describe(reader)}; only an elementwise or view epilogue may read "
                          "a root")  # fmt: skip
-        if kind == FusionKind.VIEW and not view_like(node, in_region.get(node, ())):
+        if kind == FusionKind.VIEW and not view_like(node, in_region.get(node, ()), in_region):
             fail(node, f"FusionRegion: holds {describe(node)}, which is not view-like here "
                  "(it would need a copy)")  # fmt: skip
     if len(roots) > 1:
