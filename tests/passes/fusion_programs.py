@@ -54,8 +54,34 @@ def parameter_producer(x: Tensor[(8,), "f32"]):
 
 
 @func
-def transpose_not_view_like(x: Tensor[(16, 8), "f32"], w: Tensor[(16, 4), "f32"]):
+def transpose_not_view_like(x: Tensor[(16, 8), "f32"]):
+    return tf.reduce(tf.transpose(tf.exp(x), (1, 0)), axes=(1,), keepdim=False, kind="sum")
+
+
+@func
+def transpose_reshape_into_reduction(x: Tensor[(16, 8), "f32"]):
+    """A transpose read through a reshape by a reduction still feeds the reduction."""
+    flat = tf.reshape(tf.transpose(tf.exp(x), (1, 0)), (128,))
+    return tf.reduce(flat, axes=(0,), keepdim=False, kind="sum")
+
+
+@func
+def transpose_into_matmul(x: Tensor[(16, 8), "f32"], w: Tensor[(16, 4), "f32"]):
+    """A transposed operand is a contraction's operand prologue (a dot reads it by index map)."""
     return tf.matmul(tf.transpose(tf.exp(x), (1, 0)), w)
+
+
+@func
+def matmul_epilogue(x: Tensor[(8, 16), "f32"], w: Tensor[(16, 4), "f32"], r: Tensor[(8, 4), "f32"]):
+    """A residual add and its activation read the matmul's result in the matmul's region."""
+    return tf.relu(r + tf.matmul(x, w))
+
+
+@func
+def reduction_epilogue(x: Tensor[(8, 16), "f32"]):
+    """softmax's normalisation: the division reads the row sum inside the sum's region."""
+    e = tf.exp(x)
+    return e / tf.reduce(e, axes=(1,), keepdim=True, kind="sum")
 
 
 @func
@@ -110,6 +136,9 @@ CASES = [
     parameter_producer,
     transpose_not_view_like,
     transpose_view_like,
+    transpose_into_matmul,
+    matmul_epilogue,
+    reduction_epilogue,
     transformer_block,
     loop_body,
 ]

@@ -2,10 +2,10 @@
 
 A program starts from a few parameters (f32, i32 and bool, full and lower rank) and applies random
 elementwise, comparison, select, reduce, matmul, transpose, reshape, broadcast, literal and loop
-ops to values already built, so operands are shared and implicit broadcasts and scalar literals
-appear as the DSL would leave them. `pick(options)` is the only source of choice, so the same
-generator runs under hypothesis (`data.draw`) and under a seeded `random.Random` (the subprocess
-determinism test).
+ops, and root-with-epilogue patterns (issue 19), to values already built, so operands are shared
+and implicit broadcasts and scalar literals appear as the DSL would leave them. `pick(options)` is
+the only source of choice, so the same generator runs under hypothesis (`data.draw`) and under a
+seeded `random.Random` (the subprocess determinism test).
 """
 
 from __future__ import annotations
@@ -57,7 +57,18 @@ def _step(pool: list[Expr], pick: Pick) -> Expr | None:
     t = a.type
     numeric = not t.dtype.is_bool
     kind = pick(
-        ("unary", "binary", "compare", "where", "reduce", "matmul", "view", "literal", "loop")
+        (
+            "unary",
+            "binary",
+            "compare",
+            "where",
+            "reduce",
+            "matmul",
+            "view",
+            "literal",
+            "loop",
+            "epilogue",
+        )
     )
     if kind == "unary":
         if not numeric:
@@ -100,7 +111,28 @@ def _step(pool: list[Expr], pick: Pick) -> Expr | None:
         return _call(Binary(kind=pick((BinaryKind.ADD, BinaryKind.MUL))), a, Constant(value))
     if kind == "loop" and numeric:
         return _loop(pool, a, pick)
+    if kind == "epilogue" and numeric and t.rank == 2:
+        return _epilogue(pool, a, pick)
     return None
+
+
+def _epilogue(pool: list[Expr], a: Expr, pick: Pick) -> Expr:
+    """A root whose result an elementwise op reads (issue 19: the epilogue joins the root's
+    region): softmax's normalisation `a / sum(a)` (or `a - max(a)`) over a row, or a matmul with a
+    transposed operand (its prologue) and a residual add."""
+    t = a.type
+    if pick(("reduce", "matmul")) == "reduce":
+        axis = pick((0, 1))
+        reduce_kind = pick((ReduceKind.SUM, ReduceKind.MAX))
+        total = _call(Reduce(axes=(axis,), keepdim=True, kind=reduce_kind), a)
+        total = _call(BroadcastTo(shape=t.shape), total)
+        return _call(Binary(kind=pick((BinaryKind.SUB, BinaryKind.MUL))), a, total)
+    same = [b for b in pool if b.type == t]
+    product = _call(MatMul(), a, _call(Transpose(perm=(1, 0)), pick(same)))
+    residual = [b for b in pool if b.type == product.type]
+    if not residual:
+        return _call(Unary(kind=UnaryKind.NEG), product)
+    return _call(Binary(kind=pick(ARITH)), pick(residual), product)
 
 
 def _loop(pool: list[Expr], init: Expr, pick: Pick) -> Expr:

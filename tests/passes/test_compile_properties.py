@@ -82,3 +82,17 @@ def test_the_generator_exercises_every_dtype_and_fusion():
     joined = "\n".join(texts)
     for needle in ("f32[", "i32[", "bool[", "fusion(", "reduce", "matmul"):
         assert needle in joined
+
+
+def test_the_generator_exercises_epilogues_and_prologues():
+    """Issue 19: the random programs must contain regions whose root is read by an epilogue and
+    contraction regions holding a transposed operand, so the equivalence property covers them."""
+    epilogue = prologue = False
+    for seed in range(40):
+        rng = random.Random(seed)
+        fn = random_function(lambda options, rng=rng: rng.choice(list(options)))
+        for region in compile(fn)[1].regions:
+            roots = [i for i, op in enumerate(region.ops) if op in ("reduce", "matmul")]
+            epilogue |= bool(roots) and roots[0] < len(region.ops) - 1
+            prologue |= region.kind == "contraction" and "transpose" in region.ops
+    assert epilogue and prologue

@@ -58,11 +58,31 @@ def test_reshard_is_a_barrier():
     assert all("reshard" not in ops for _, ops in _kinds(programs.reshard_barrier))
 
 
-def test_transpose_into_contraction_is_a_barrier_but_into_elementwise_fuses():
-    assert all("matmul" not in ops or "transpose" not in ops
+def test_transpose_into_reduction_is_a_barrier_but_into_elementwise_or_matmul_fuses():
+    """fusion_rules: a transpose is view-like for elementwise, view and contraction readers (an
+    index map, a contraction's operand prologue), not for a reduction (it reorders its walk)."""
+    assert all("reduce" not in ops or "transpose" not in ops
                for _, ops in _kinds(programs.transpose_not_view_like))  # fmt: skip
+    assert all("reduce" not in ops or "transpose" not in ops
+               for _, ops in _kinds(programs.transpose_reshape_into_reduction))  # fmt: skip
     [(_, ops)] = _kinds(programs.transpose_view_like)
     assert ops[0] == "transpose"
+    assert _kinds(programs.transpose_into_matmul) == [
+        ("contraction", ("unary", "transpose", "matmul"))
+    ]
+
+
+def test_elementwise_epilogue_joins_its_root():
+    """Issue 19 / DESIGN §6: elementwise consumers of a root's result join the root's region (one
+    root per region still), so the root's result is never written out."""
+    assert _kinds(programs.matmul_epilogue) == [("contraction", ("matmul", "binary", "relu"))]
+    [(kind, ops)] = _kinds(programs.reduction_epilogue)
+    assert kind == "reduction" and ops[0] == "unary" and ops[-1] == "binary" and "reduce" in ops
+    x = RNG.standard_normal((8, 16)).astype(np.float32)
+    w = RNG.standard_normal((16, 4)).astype(np.float32)
+    r = RNG.standard_normal((8, 4)).astype(np.float32)
+    fused = compile(programs.matmul_epilogue)[0]
+    np.testing.assert_allclose(evaluate(fused, x, w, r), np.maximum(r + x @ w, 0), rtol=1e-5)
 
 
 def test_parameter_producer_becomes_a_region_input():
@@ -84,11 +104,12 @@ def test_fused_program_computes_the_same(fn):
 
 def test_a_loop_body_fuses_inside_and_only_inside():
     """DESIGN §6: elementwise work and its reduction fuse inside the loop body (the window read
-    joins as a view); the loop-invariant `exp(bias) * 2` (and its broadcast to the tile) is
-    computed once before the loop, so it is fused there, in the enclosing block."""
+    joins as a view), and so does the carry's add, the reduction's epilogue; the loop-invariant
+    `exp(bias) * 2` (and its broadcast to the tile) is computed once before the loop, so it is
+    fused there, in the enclosing block."""
     assert _kinds(programs.loop_body) == [
         ("loop", ("unary", "broadcastto", "binary", "broadcastto")),
-        ("reduction", ("dynamicslice", "binary", "unary", "binary", "reduce")),
+        ("reduction", ("dynamicslice", "binary", "unary", "binary", "reduce", "binary")),
     ]
     x = RNG.standard_normal((8, 64)).astype(np.float32)
     bias = RNG.standard_normal((8, 1)).astype(np.float32)

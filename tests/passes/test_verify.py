@@ -10,8 +10,7 @@ from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Call, Constant, SourceSpan, Var
 from tilefoundry.ir.hir import Function, make_grid_region
 from tilefoundry.ir.hir.math import Binary, BinaryKind
-from tilefoundry.ir.hir.nn import MatMul
-from tilefoundry.ir.hir.tensor import Reduce, ReduceKind, ShapeOf, Transpose
+from tilefoundry.ir.hir.tensor import Reduce, ReduceKind, Reshape, ShapeOf, Transpose
 from tilefoundry.ir.types import DimVar, TensorType, TupleType, UnitType, bf16, f32, f64, i64
 from tilefoundry.ir.types.shard import Layout
 from tilefoundry.passes import compile, verify
@@ -116,15 +115,31 @@ def root_consumed_in_region():
 
 
 def transpose_not_view_like_in_region():
-    x, w = Var("x", TensorType((8, 4), f32)), Var("w", TensorType((8, 3), f32))
+    """A transpose feeding a reduction changes the order the reduction walks (fusion_rules)."""
+    x = Var("x", TensorType((8, 4), f32))
 
-    def build(a, b):
+    def build(a):
         t = typed(Call(Transpose(perm=(1, 0)), (a,)))
-        mm = typed(Call(MatMul(), (t, b)))
-        return [t, mm], [mm]
+        total = typed(Call(Reduce(axes=(1,), kind=ReduceKind.SUM), (t,)))
+        return [t, total], [total]
 
-    call, _ = region_call(build, (x, w), kind="contraction")
-    return function("f", (x, w), call)
+    call, _ = region_call(build, (x,), kind="reduction")
+    return function("f", (x,), call)
+
+
+def transpose_through_reshape_into_reduction():
+    """fusion_rules: a view chain is judged by the op at its end; transpose -> reshape -> reduce
+    is a transpose feeding a reduction."""
+    x = Var("x", TensorType((8, 4), f32))
+
+    def build(a):
+        t = typed(Call(Transpose(perm=(1, 0)), (a,)))
+        flat = typed(Call(Reshape(new_shape=(32,)), (t,)))
+        total = typed(Call(Reduce(axes=(0,), kind=ReduceKind.SUM), (flat,)))
+        return [t, flat, total], [total]
+
+    call, _ = region_call(build, (x,), kind="reduction")
+    return function("f", (x,), call)
 
 
 def effect_form_call():
@@ -195,6 +210,11 @@ REJECTED = [
 def test_rejected_with_its_own_message(build, tier, message):
     with pytest.raises(VerifyError, match=message.replace("(", r"\(")):
         verify(build(), tier=tier)
+
+
+def test_a_transpose_read_through_a_reshape_by_a_reduction_is_not_view_like():
+    with pytest.raises(VerifyError, match="Transpose, which is not view-like"):
+        verify(transpose_through_reshape_into_reduction(), tier="hir")
 
 
 def test_messages_are_distinct():

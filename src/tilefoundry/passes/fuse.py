@@ -27,6 +27,7 @@ from tilefoundry.ir.core import BindingName, Call, Constant, Expr, Var
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
 from tilefoundry.ir.hir.walk import all_operands, block_operands
 from tilefoundry.passes.fusion_rules import (
+    ROOT_KINDS,
     fusion_kind,
     is_fusible_edge,
     is_inlined_literal,
@@ -161,18 +162,20 @@ def _plan_block(block: list[Expr], use, returned: Expr) -> list[list[Call]]:
         if seed in taken or fusion_kind(seed) == FusionKind.BARRIER:
             continue
         members, member_set = [seed], {seed}
+        has_root = fusion_kind(seed) in ROOT_KINDS
         grew = True
         while grew:
             grew = False
             for member in list(members):
                 for producer in member.args:
                     if producer in taken or not is_fusible_edge(
-                        producer, member, member_set, use, block_set, returned
+                        producer, member, member_set, use, block_set, returned, has_root
                     ):
                         continue
                     if should_fuse(producer, member_set, use):
                         members.append(producer)
                         member_set.add(producer)
+                        has_root = has_root or fusion_kind(producer) in ROOT_KINDS
                         grew = True
         if len(members) > 1:
             taken |= member_set

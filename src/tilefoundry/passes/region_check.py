@@ -1,5 +1,6 @@
-"""The verifier's FusionRegion rules: a region holds only fusible ops, at most one root, only
-view-like views, and leaks nothing (SFEP-0053 §3.4 last bullet).
+"""The verifier's FusionRegion rules: a region holds only fusible ops, at most one root (read
+inside the region only by its elementwise/view epilogue), only view-like views, and leaks nothing
+(SFEP-0053 §3.4 last bullet).
 
 These restate the fusion legality rules (`fusion_rules`) as invariants of the finished region, so a
 region built by hand or by a buggy pass is held to exactly what `fuse` may build.
@@ -12,7 +13,13 @@ from typing import NoReturn
 
 from tilefoundry.ir.core import Call, Constant, Expr, Var
 from tilefoundry.ir.hir import FusionRegion
-from tilefoundry.passes.fusion_rules import ROOT_KINDS, fusion_kind, is_inlined_literal, view_like
+from tilefoundry.passes.fusion_rules import (
+    EPILOGUE_KINDS,
+    ROOT_KINDS,
+    fusion_kind,
+    is_inlined_literal,
+    view_like,
+)
 from tilefoundry.passes.graph import post_order, users
 from tilefoundry.visitor_registry import FusionKind, describe
 
@@ -42,10 +49,12 @@ def check_region(call: Call, fail: Fail) -> None:
             fail(node, f"FusionRegion: holds non-fusible {describe(node)} (a fusion barrier)")
         if kind in ROOT_KINDS:
             roots.append(node)
-            if in_region.get(node):
-                fail(node, f"FusionRegion: root {describe(node)} is consumed inside its region; "
-                     "a reduction or contraction ends a region")  # fmt: skip
-        if kind == FusionKind.VIEW and not view_like(node, in_region.get(node, ())):
+            for reader in in_region.get(node, ()):
+                if fusion_kind(reader) not in EPILOGUE_KINDS:
+                    fail(node, f"FusionRegion: root {describe(node)} is consumed inside its region "
+                         f"by {describe(reader)}; only an elementwise or view epilogue may read "
+                         "a root")  # fmt: skip
+        if kind == FusionKind.VIEW and not view_like(node, in_region.get(node, ()), in_region):
             fail(node, f"FusionRegion: holds {describe(node)}, which is not view-like here "
                  "(it would need a copy)")  # fmt: skip
     if len(roots) > 1:
