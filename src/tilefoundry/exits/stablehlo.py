@@ -29,6 +29,7 @@ from tilefoundry.ir.lowering.mlir_text import (
     mesh_is_on_one_device,
     mlir_symbol,
 )
+from tilefoundry.ir.lowering.replay import lower_cached
 from tilefoundry.ir.types import TensorType, TupleType, Type, i64, resolve_dim
 from tilefoundry.visitor_registry import STABLEHLO
 
@@ -229,7 +230,7 @@ class _FunctionEmitter:
             check_logical_layout(call.type, f"the result of {type(op).__name__}")
         rule = STABLEHLO.lookup(type(op))
         operands = tuple(self.values[a] for a in call.args)
-        return rule(op, operands, arg_types, call.type, self.lw)
+        return lower_cached(rule, op, operands, arg_types, call.type, self.lw, call)
 
     def lower_call(self, call: Call) -> Lowered:
         symbol = self.module.symbol_for(call.target, self.lw.bindings)

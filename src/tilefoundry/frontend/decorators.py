@@ -51,16 +51,24 @@ def func(fn: Callable | None = None) -> Any:
     return parse_function(fn, outer)
 
 
-def _typed(parsed: ParsedDef, build: Callable[[], Function], *, check: bool = True) -> Function:
+def _typed(
+    parsed: ParsedDef,
+    build: Callable[[], Function],
+    *,
+    check: bool = True,
+    ctx: TypeInferContext | None = None,
+) -> Function:
     """Build and type-check a Function; errors without a location point at the def.
 
+    `ctx` is the context the body was typed in as it was built (`build_body`): checking the
+    Function in it types only what is new (the Function itself), not the whole body again.
     A prototype is not type-checked here: it has no body yet, and the typeinfer cache would hash
     it while it still accumulates variants (which Function refuses).
     """
     with internal_boundary(parsed.diag, lambda: parsed.node):
         fn = build()
         if check:
-            TypeInferContext().infer(fn)
+            (ctx or TypeInferContext()).infer(fn)
     return fn
 
 
@@ -85,12 +93,13 @@ def parse_function(pyfn: Any, outer_locals: dict[str, Any]) -> Function:
         )
         object.__setattr__(base, "specialize", _specializer(base))
         return base
-    body, _ = build_body(parsed, env, params)
+    body, ctx = build_body(parsed, env, params)
     return _typed(
         parsed,
         lambda: Function(
             pyfn.__name__, params, body, return_type_of(declared, body), metadata=(span,)
         ),
+        ctx=ctx,
     )
 
 

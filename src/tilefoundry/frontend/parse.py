@@ -18,6 +18,7 @@ from typing import Any
 
 from tilefoundry.errors import VerifyError
 from tilefoundry.frontend.annotations import TensorSpec
+from tilefoundry.frontend.def_lines import def_source_lines
 from tilefoundry.frontend.depth import with_python_compiler_room
 from tilefoundry.frontend.errors import Diagnostics, SourceMap, internal_boundary
 from tilefoundry.frontend.scopes import Environment
@@ -50,6 +51,12 @@ def read_def(pyfn: Any) -> ParsedDef:
         what = type(pyfn).__name__
         hint = "; apply @func once" if what == "Function" else ""
         raise VerifyError(f"@tilefoundry.func decorates a Python def, got a {what}{hint}")
+    fast = def_source_lines(pyfn)
+    if fast is not None:
+        lines, first_line, file = fast
+        parsed = _parse_def(pyfn, lines, first_line, file, quiet=True)
+        if parsed is not None:
+            return parsed
     try:
         lines, first_line = inspect.getsourcelines(pyfn)
     except (OSError, TypeError) as err:
@@ -57,10 +64,20 @@ def read_def(pyfn: Any) -> ParsedDef:
             f"Function {pyfn.__name__}: its source is not available ({err}); define it in a "
             "file (or through tilefoundry.frontend.parse_source)"
         ) from None
+    file = inspect.getsourcefile(pyfn) or pyfn.__code__.co_filename
+    parsed = _parse_def(pyfn, lines, first_line, file, quiet=False)
+    assert parsed is not None  # not quiet: a failure raised
+    return parsed
+
+
+def _parse_def(
+    pyfn: FunctionType, lines: list[str], first_line: int, file: str, *, quiet: bool
+) -> ParsedDef | None:
+    """The def in `lines` parsed; with `quiet`, None instead of an error (`inspect` then reads
+    the lines again and reports what is wrong)."""
     text = "".join(lines)
     dedented = textwrap.dedent(text)
     indent = len(lines[0]) - len(dedented.splitlines(keepends=True)[0])
-    file = inspect.getsourcefile(pyfn) or pyfn.__code__.co_filename
     source = SourceMap(file, first_line, indent, dedented)
     diag = Diagnostics(source, pyfn.__name__)
     try:
@@ -68,6 +85,8 @@ def read_def(pyfn: Any) -> ParsedDef:
             lambda: ast.parse(dedented), SourceSpan(source.file, first_line, indent + 1)
         )
     except SyntaxError as err:
+        if quiet:
+            return None
         raise VerifyError(
             f"Function {pyfn.__name__}: invalid syntax: {err.msg}",
             location=SourceSpan(
@@ -75,6 +94,9 @@ def read_def(pyfn: Any) -> ParsedDef:
             ),
         ) from None
     node = tree.body[0] if tree.body else None
+    one_def = len(tree.body) == 1 and isinstance(node, ast.FunctionDef)
+    if quiet and not (one_def and node.name == pyfn.__name__):
+        return None
     if not isinstance(node, ast.FunctionDef):
         raise VerifyError(f"Function {pyfn.__name__}: expected a def statement")
     return ParsedDef(node, diag, pyfn)

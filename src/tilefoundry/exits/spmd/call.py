@@ -30,6 +30,7 @@ from tilefoundry.exits.spmd.mesh import EXIT, local_shape
 from tilefoundry.ir.core import Op
 from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.lowering.builder import Lowering
+from tilefoundry.ir.lowering.replay import lower_cached
 from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TensorType, TupleType, Type, i32
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
@@ -188,7 +189,8 @@ class SpmdCall:
         local_out = _local_out_type(self)
         rule = STABLEHLO.lookup(type(op))
         arg_types = tuple(_local_types(v) for v in operands)
-        names = rule(op, tuple(_names(v) for v in operands), arg_types, local_out, self.lw)
+        operand_names = tuple(_names(v) for v in operands)
+        names = lower_cached(rule, op, operand_names, arg_types, local_out, self.lw)
         per_device = any(leaf.per_device for leaf in leaves(tuple(operands)))
         return self._wrap(names, local_out, per_device)
 
@@ -336,7 +338,8 @@ class _Blocks:
         rule = STABLEHLO.lookup(type(op))
         arg_types = tuple(_local_types(v) for v in operands)
         per_device = any(leaf.per_device for leaf in leaves(operands))
-        names = rule(op, tuple(_names(v) for v in operands), arg_types, local_out, call.lw)
+        operand_names = tuple(_names(v) for v in operands)
+        names = lower_cached(rule, op, operand_names, arg_types, local_out, call.lw)
         tupled = isinstance(call.out_type, TupleType)
         locals_ = local_out.fields if tupled else (local_out,)
         results = names if tupled else (names,)

@@ -29,6 +29,24 @@ class Lowering:
         self.lines: list[str] = []
         self._counter = counter  # shared by nested regions so SSA names stay unique per function
         self.indent = indent
+        self._call: Any = None
+        self._call_read = [False]  # shared with child bodies: a region's rule reads it too
+        self._bindings_key: tuple | None = None
+
+    @property
+    def call(self) -> Any:
+        """The Call whose op rule is running (None where the exit does not say). A rule that
+        reads it (e.g. a Constant operand's value) depends on more than (op, types), so its
+        lines are not replayed for another call (`lower_cached`)."""
+        self._call_read[0] = True
+        return self._call
+
+    def bindings_key(self) -> tuple:
+        """`bindings` as a hashable, order-free key (computed once per body)."""
+        if self._bindings_key is None:
+            items = (self.bindings or {}).items()
+            self._bindings_key = tuple(sorted((str(k), v) for k, v in items))
+        return self._bindings_key
 
     # ---- names and text -----------------------------------------------------------------------
 
@@ -55,7 +73,9 @@ class Lowering:
         return static_shape(type_, self.bindings)
 
     def child(self, extra_indent: int = 2) -> Lowering:
-        return Lowering(self.bindings, self._counter, self.indent + extra_indent)
+        child = type(self)(self.bindings, self._counter, self.indent + extra_indent)
+        child._call, child._call_read = self._call, self._call_read
+        return child
 
     # ---- common forms ---------------------------------------------------------------------------
 
