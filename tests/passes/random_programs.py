@@ -32,6 +32,10 @@ PARAMS = (
     ("n", (4, 6), i32),
     ("m", (6,), i32),
     ("p", (4, 6), bool_),
+    # size-1 axes of the same rank: broadcasts that legalize must make explicit (issue 20: a
+    # same-rank broadcast, f32[4,6] + f32[1,6], went unnoticed when every broadcast added axes)
+    ("r", (1, 6), f32),
+    ("c", (4, 1), f32),
 )
 ARITH = (BinaryKind.ADD, BinaryKind.SUB, BinaryKind.MUL, BinaryKind.MAX, BinaryKind.MIN)
 COMPARE = (BinaryKind.LT, BinaryKind.EQ, BinaryKind.GE)
@@ -47,8 +51,9 @@ def _call(op: Any, *args: Expr) -> Expr:
 
 
 def _suffix_compatible(a: TensorType, b: TensorType) -> bool:
-    short, long = sorted((a.shape, b.shape), key=len)
-    return long[len(long) - len(short) :] == short
+    """Torch broadcasting (hir Binary): aligned from the right, each pair equal or one is 1."""
+    pairs = zip(reversed(a.shape), reversed(b.shape), strict=False)  # the shorter one's axes
+    return all(x == y or 1 in (x, y) for x, y in pairs)
 
 
 def _step(pool: list[Expr], pick: Pick) -> Expr | None:
