@@ -18,10 +18,8 @@ import numpy as np
 
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.exits.distributed.config import WHERE
-from tilefoundry.exits.spmd.mesh import EXIT, axis_names
-from tilefoundry.ir.types import TensorType
-from tilefoundry.ir.types.shard import Mesh, ShardLayout
-from tilefoundry.visitor_registry.shard_reading import canonical_splits
+from tilefoundry.exits.spmd.mesh import axis_names
+from tilefoundry.ir.types.shard import Mesh
 
 MAX_CPU_DEVICES_PER_PROCESS = 2048
 """XLA's CPU client numbers devices `process_index * 2048 + i`, so a process with more host
@@ -121,16 +119,3 @@ def crosses_processes(mesh: Mesh, axes_label: str, num_processes: int) -> bool:
     names = axis_names(mesh)
     crossing = {names[a] for a in crossing_axes(mesh, num_processes)}
     return any(name in crossing for name in axes_label.split(","))
-
-
-def partition_spec(type_: TensorType, rank: int):
-    """The jax PartitionSpec of a parameter or result: each logical axis's splitting mesh axes,
-    major to minor, which is the block geometry of the module's `sdy.sharding` (the same
-    reading, `canonical_splits`, as `exits.spmd.mesh.sdy_sharding`)."""
-    from jax.sharding import PartitionSpec
-
-    names = axis_names(type_.layout.mesh) if isinstance(type_.layout, ShardLayout) else ()
-    splits = canonical_splits(type_, WHERE, EXIT)
-    return PartitionSpec(
-        *(tuple(names[m] for m in splits[axis]) if axis in splits else None for axis in range(rank))
-    )

@@ -18,9 +18,10 @@ import numpy as np
 
 from tilefoundry.errors import EvalError, UnsupportedError
 from tilefoundry.exits.distributed.config import WHERE, ProcessConfig, config_from_environment
-from tilefoundry.exits.distributed.placement import check_capacity, device_grid, partition_spec
+from tilefoundry.exits.distributed.placement import check_capacity, device_grid
 from tilefoundry.exits.spmd.mesh import axis_names
 from tilefoundry.exits.spmd.module import SpmdModule, lower_spmd
+from tilefoundry.exits.spmd.xla import partition_spec
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.types import TensorType, resolve_dim
 
@@ -156,14 +157,14 @@ def run_distributed(
     with jax.enable_x64(True):  # else 64-bit blocks would be narrowed to 32 bits
         inputs = []
         for i, (type_, shape) in enumerate(zip(module.param_types, shapes, strict=True)):
-            sharding = NamedSharding(jax_mesh, partition_spec(type_, len(shape)))
+            sharding = NamedSharding(jax_mesh, partition_spec(type_, len(shape), module))
             reader = _checked_loader(loader, i, fn, type_, shape)
             inputs.append(jax.make_array_from_callback(shape, sharding, reader))
         outputs = executable.execute_sharded(inputs).disassemble_into_single_device_arrays()
         shards, arrays = [], []
         for per_device, type_ in zip(outputs, module.result_types, strict=True):
             shape = tuple(int(resolve_dim(d, bindings)) for d in type_.shape)
-            sharding = NamedSharding(jax_mesh, partition_spec(type_, len(shape)))
+            sharding = NamedSharding(jax_mesh, partition_spec(type_, len(shape), module))
             where = sharding.addressable_devices_indices_map(shape)
             held = sorted(per_device, key=lambda a: coords[next(iter(a.devices()))])
             shards.append(

@@ -116,7 +116,7 @@ def run_spmd(
                 raise EvalError(
                     f"run_xla: an argument has dtype {array.dtype}, expected {expected}"
                 )
-            sharding = NamedSharding(jax_mesh, _partition_spec(type_, array.ndim, module))
+            sharding = NamedSharding(jax_mesh, partition_spec(type_, array.ndim, module))
             inputs.append(jax.device_put(array, sharding))
         outputs = executable.execute_sharded(inputs).disassemble_into_single_device_arrays()
     coords = list(cartesian(*(range(e) for e in mesh.shape)))
@@ -133,9 +133,10 @@ def run_spmd(
     return structure(results, type_)
 
 
-def _partition_spec(type_: TensorType, rank: int, module: SpmdModule):
-    """The jax placement of a parameter, on the module mesh (the common refinement of the
-    program's meshes) whose shape and names the jax mesh has."""
+def partition_spec(type_: TensorType, rank: int, module: SpmdModule):
+    """The jax placement of a parameter or result, on the module mesh (the common refinement of
+    the program's meshes) whose shape and names the jax mesh has; the single-process and the
+    multi-process runs both place values with it."""
     from jax.sharding import PartitionSpec
 
     names = axis_names(module.mesh)
