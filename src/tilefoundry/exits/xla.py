@@ -14,18 +14,41 @@ global arrays. XLA must have been started with N devices (on CPU:
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from collections import OrderedDict
+from collections.abc import Callable
+from operator import attrgetter
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from tilefoundry.errors import EvalError, UnsupportedError
 from tilefoundry.ir.hir import Function
-from tilefoundry.ir.hir.footprint import check_memory
+from tilefoundry.ir.hir.footprint import MEMORY_ENV, check_memory
 from tilefoundry.ir.hir.signature import check_arguments
 from tilefoundry.ir.hir.walk import call_depth
 from tilefoundry.ir.types import TupleType
 
-_EXECUTABLES: dict[tuple, Any] = {}
+
+class _Entry(NamedTuple):
+    """A compiled function for one (function, device count, shapes, dtypes)."""
+
+    fn: Function
+    """Held so that `id(fn)` in the key is not reused while the entry is cached."""
+    run: Callable[..., Any]
+    """Numpy arguments in, numpy results out, shaped like the function's return type."""
+    memory_setting: str | None
+    """`TILEFOUNDRY_MEMORY_LIMIT` (as `_ENVIRON` holds it) when the run was admitted: another
+    value re-checks."""
+
+
+_EXECUTABLES: OrderedDict[tuple, _Entry] = OrderedDict()
+_SIGNATURE = attrgetter("shape", "dtype", "__class__")
+_ENVIRON: dict = getattr(os.environ, "_data", os.environ)
+"""CPython's `os.environ` keeps its encoded items in `_data` (every `os.environ` write updates
+it): reading it directly costs 0.1 µs where `os.environ.get` costs 1 µs, a few percent of a
+small call. tests/exits/test_xla_jit.py checks that a changed limit is still seen."""
+_MEMORY_KEY = os.environ.encodekey(MEMORY_ENV) if _ENVIRON is not os.environ else MEMORY_ENV
 CACHED_EXECUTABLES = 64
 """Executables kept (least recently used dropped first): each holds its function alive, so an
 unbounded cache grew with every function ever run (a program re-parsed in a loop)."""
@@ -76,7 +99,33 @@ def compiled_text(fn: Function, *arrays: np.ndarray) -> str:
     return emit_stablehlo(fn, bindings=bind_dims(fn, arrays) or None)
 
 
+def _cache_key(fn: Any, arrays: tuple[Any, ...], devices: Any) -> tuple:
+    """Function, device count and each argument's (shape, dtype, type). Only checked arguments
+    (ndarrays) are ever stored, so a hit means these exact arguments already passed every check
+    and none is repeated; a key with another type (a list, a jax array) never hits."""
+    return (
+        id(fn),
+        1 if devices is None else devices,
+        *[(a.shape, a.dtype, type(a)) for a in arrays],
+    )
+
+
 def run_xla(fn: Function, *arrays: Any, devices: int | None = None) -> Any:
+    try:
+        key = _cache_key(fn, arrays, devices)
+        entry = _EXECUTABLES[key]
+    except (AttributeError, TypeError, KeyError):  # no shape/dtype, unhashable, or a miss
+        entry = None
+    if entry is None or entry.memory_setting != _ENVIRON.get(_MEMORY_KEY):
+        entry = _admit(fn, arrays, devices)
+    else:
+        _EXECUTABLES.move_to_end(key)  # most recently used last
+    return entry.run(*arrays)
+
+
+def _admit(fn: Function, arrays: tuple[Any, ...], devices: int | None) -> _Entry:
+    """Every check of a first call (arguments, memory, call depth), then the compiled entry,
+    cached under the checked arrays' key (most recently used last, the oldest dropped)."""
     if not isinstance(fn, Function):
         raise EvalError(f"run_xla: expected a hir Function, got {type(fn).__name__}")
     arrays, bindings = check_inputs(fn, arrays)
@@ -89,26 +138,40 @@ def run_xla(fn: Function, *arrays: Any, devices: int | None = None) -> Any:
             f"takes at most {MAX_CALL_DEPTH}; merge some functions, or run it on the reference "
             "backend"
         )
-    if devices is not None and devices != 1:
-        from tilefoundry.exits.spmd.xla import run_spmd
-
-        return run_spmd(fn, arrays, devices, bind_dims)
-    key = (id(fn), tuple((a.shape, a.dtype.str) for a in arrays))
-    entry = _EXECUTABLES.pop(key, None)
+    key = _cache_key(fn, arrays, devices)
+    entry = _EXECUTABLES.get(key)
     if entry is None:  # new (shapes, dtypes), already checked against the signature: compile
+        entry = _Entry(fn, _compiled(fn, arrays, bindings, devices), None)
+    _EXECUTABLES[key] = entry = entry._replace(memory_setting=_ENVIRON.get(_MEMORY_KEY))
+    _EXECUTABLES.move_to_end(key)
+    while len(_EXECUTABLES) > CACHED_EXECUTABLES:
+        _EXECUTABLES.popitem(last=False)
+    return entry
+
+
+def _compiled(
+    fn: Function, arrays: tuple[np.ndarray, ...], bindings: dict[str, int], devices: int | None
+) -> Callable[..., Any]:
+    """The entry's `run`: jitted (one device, or the SPMD module on `devices`), a single result
+    returned as is, several regrouped by the return type."""
+    type_ = fn.body.type if fn.body is not None else fn.return_type
+    nested = isinstance(type_, TupleType)
+    if devices is not None and devices != 1:
+        from tilefoundry.exits.spmd.xla import spmd_runner
+
+        flat_run = spmd_runner(fn, devices, bindings, flat=nested)
+    else:
         from tilefoundry.exits.xla_jit import jitted
 
         text = compiled_text(fn, *arrays)
         try:
-            call = jitted(text)
+            flat_run = jitted(text, flat=nested)
         except LookupError:
-            call = _executable(text)
-        entry = (fn, call)  # the held `fn` keeps id(fn) from being reused while cached
-    _EXECUTABLES[key] = entry  # most recently used last
-    while len(_EXECUTABLES) > CACHED_EXECUTABLES:
-        del _EXECUTABLES[next(iter(_EXECUTABLES))]
-    flat = entry[1](*arrays)
-    return structure(flat, fn.body.type if fn.body is not None else fn.return_type)
+            fallback = _executable(text)
+            flat_run = fallback if nested else (lambda *a: fallback(*a)[0])
+    if not nested:
+        return flat_run
+    return lambda *a: structure(flat_run(*a), type_)
 
 
 def structure(flat: list[np.ndarray], type_: Any) -> Any:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -114,20 +114,53 @@ def exported_module(text: str, *, num_devices: int = 1) -> Any:
     )
 
 
-def jitted(text: str) -> Callable[..., Any]:
-    """`f(*numpy arrays) -> flat list of numpy arrays` running the module on one CPU device
-    through jit's C++ argument path (64-bit dtypes kept: x64 is on around the call when the
-    module uses them)."""
+class JaxFunction(NamedTuple):
+    """Our module as a jitted jax function."""
+
+    call: Callable[..., Any]
+    """`jax.jit(exported.call)`: takes numpy or jax arrays, returns a tuple of jax arrays."""
+    wide: bool
+    """The module has a 64-bit dtype, so x64 must be on around the call (else jax narrows)."""
+    results: int
+    """How many results `main` returns."""
+
+
+def jax_function(
+    text: str, *, in_shardings: Any = None, out_shardings: Any = None, num_devices: int = 1
+) -> JaxFunction:
+    """Our module jitted: numpy arguments are placed by jit's C++ path. With `in_shardings` /
+    `out_shardings` (NamedShardings on a mesh of `num_devices` devices) the module is an SPMD
+    one: jit places each argument's blocks on their devices and returns global arrays of the
+    given shardings."""
     import jax
 
-    exported = exported_module(text)
-    call = jax.jit(exported.call)
+    exported = exported_module(text, num_devices=num_devices)
+    if in_shardings is None:
+        call = jax.jit(exported.call)
+    else:
+        call = jax.jit(exported.call, in_shardings=in_shardings, out_shardings=out_shardings)
     wide = any(a.dtype in _X64_DTYPES for a in (*exported.in_avals, *exported.out_avals))
+    return JaxFunction(call, wide, len(exported.out_avals))
+
+
+def jitted(text: str, *, flat: bool = True, **placement: Any) -> Callable[..., Any]:
+    """`f(*numpy arrays) -> flat list of numpy arrays` running the module through jit's C++
+    argument path (on one CPU device unless `placement` gives `jax_function` shardings; 64-bit
+    dtypes kept: x64 is on around the call when the module uses them). With `flat=False` a
+    module of one result returns that array itself: the per-call work is then one jit call and
+    one `np.asarray`, as for a user's own `jax.jit`."""
+    import jax
+
+    call, wide, results = jax_function(text, **placement)
+    one = not flat and results == 1
     if not wide:
+        if one:
+            return lambda *arrays: np.asarray(call(*arrays)[0])
         return lambda *arrays: [np.asarray(o) for o in call(*arrays)]
 
-    def run(*arrays: Any) -> list[np.ndarray]:
+    def run(*arrays: Any) -> Any:
         with jax.enable_x64(True):
-            return [np.asarray(o) for o in call(*arrays)]
+            flat_results = [np.asarray(o) for o in call(*arrays)]
+        return flat_results[0] if one else flat_results
 
     return run
