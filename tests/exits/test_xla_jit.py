@@ -80,3 +80,66 @@ def test_wrong_dtype_is_an_eval_error_naming_the_parameter():
     n = np.zeros((2,), np.int64)
     with pytest.raises(EvalError, match="parameter 'a' is f32"):
         run_xla(_entry(), a, b, n)
+
+
+def _doubled():
+    source = """
+from tilefoundry.frontend import Tensor, func
+
+
+@func
+def twice(x: Tensor[(4,), "f32"]):
+    return x + x
+"""
+    return parse_source(source, "<xla_jit>")["twice"]
+
+
+def test_a_cached_function_still_refuses_a_wrong_dtype_and_takes_a_list():
+    """A cache hit skips the argument checks only for the exact (shape, dtype, ndarray) that
+    passed them: float64 of the same shape is still refused, a list is still checked and run."""
+    fn = _doubled()
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(run_xla(fn, x), x + x)
+    with pytest.raises(EvalError, match="parameter 'x' is f32"):
+        run_xla(fn, x.astype(np.float64))
+    np.testing.assert_array_equal(run_xla(fn, list(x + 1)), (x + 1) * 2)  # float32 scalars
+    with pytest.raises(EvalError, match="parameter 'x'"):
+        run_xla(fn, np.zeros((5,), np.float32))
+
+
+def test_a_cached_function_sees_a_lowered_memory_limit(monkeypatch):
+    """footprint.py: "The limit is TILEFOUNDRY_MEMORY_LIMIT ... when set": a limit lowered after
+    the first run still refuses the next call of the same function and shapes (run_xla reads
+    the setting from os.environ's own store on a hit: this fails if that store stops tracking
+    os.environ writes)."""
+    from tilefoundry.ir.hir.footprint import MEMORY_ENV
+
+    fn = _doubled()
+    x = np.ones(4, np.float32)
+    np.testing.assert_array_equal(run_xla(fn, x), x + x)
+    monkeypatch.setenv(MEMORY_ENV, "8")
+    with pytest.raises(
+        EvalError, match=r"run_xla: Function twice needs about 32 bytes"
+    ):  # x and x + x
+        run_xla(fn, x)
+    monkeypatch.delenv(MEMORY_ENV)
+    np.testing.assert_array_equal(run_xla(fn, x), x + x)
+
+
+def test_one_result_comes_back_as_the_array_and_a_wide_one_keeps_64_bits():
+    """DESIGN: run_xla returns numpy results shaped like the return type; the one-result
+    shortcut (`numpy_caller(flat=False)`) keeps int64 when the module is wide."""
+    source = """
+from tilefoundry.frontend import Tensor, func
+
+
+@func
+def wide(n: Tensor[(2,), "i64"]):
+    return n * n
+"""
+    fn = parse_source(source, "<xla_jit>")["wide"]
+    n = np.array([2**20 + 1, -3], dtype=np.int64)
+    for _ in range(2):  # compile, then the cached call
+        got = run_xla(fn, n)
+        assert isinstance(got, np.ndarray) and got.dtype == np.int64
+        np.testing.assert_array_equal(got, n * n)

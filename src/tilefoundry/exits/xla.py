@@ -117,15 +117,18 @@ def run_xla(fn: Function, *arrays: Any, devices: int | None = None) -> Any:
     except (AttributeError, TypeError, KeyError):  # no shape/dtype, unhashable, or a miss
         entry = None
     if entry is None or entry.memory_setting != _ENVIRON.get(_MEMORY_KEY):
-        entry = _admit(fn, arrays, devices)
+        entry, arrays = _admit(fn, arrays, devices)
     else:
         _EXECUTABLES.move_to_end(key)  # most recently used last
     return entry.run(*arrays)
 
 
-def _admit(fn: Function, arrays: tuple[Any, ...], devices: int | None) -> _Entry:
+def _admit(
+    fn: Function, arrays: tuple[Any, ...], devices: int | None
+) -> tuple[_Entry, tuple[np.ndarray, ...]]:
     """Every check of a first call (arguments, memory, call depth), then the compiled entry,
-    cached under the checked arrays' key (most recently used last, the oldest dropped)."""
+    cached under the checked arrays' key (most recently used last, the oldest dropped), and the
+    checked arrays (ndarrays) to run it on."""
     if not isinstance(fn, Function):
         raise EvalError(f"run_xla: expected a hir Function, got {type(fn).__name__}")
     arrays, bindings = check_inputs(fn, arrays)
@@ -146,7 +149,7 @@ def _admit(fn: Function, arrays: tuple[Any, ...], devices: int | None) -> _Entry
     _EXECUTABLES.move_to_end(key)
     while len(_EXECUTABLES) > CACHED_EXECUTABLES:
         _EXECUTABLES.popitem(last=False)
-    return entry
+    return entry, arrays
 
 
 def _compiled(

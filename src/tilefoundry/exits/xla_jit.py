@@ -145,13 +145,17 @@ def jax_function(
 
 def jitted(text: str, *, flat: bool = True, **placement: Any) -> Callable[..., Any]:
     """`f(*numpy arrays) -> flat list of numpy arrays` running the module through jit's C++
-    argument path (on one CPU device unless `placement` gives `jax_function` shardings; 64-bit
-    dtypes kept: x64 is on around the call when the module uses them). With `flat=False` a
-    module of one result returns that array itself: the per-call work is then one jit call and
-    one `np.asarray`, as for a user's own `jax.jit`."""
+    argument path, on one CPU device unless `placement` gives `jax_function` shardings."""
+    return numpy_caller(jax_function(text, **placement), flat=flat)
+
+
+def numpy_caller(function: JaxFunction, *, flat: bool = True) -> Callable[..., Any]:
+    """`function` with numpy results: a flat list, or with `flat=False` and one result that
+    array itself, so the per-call work is one jit call and one `np.asarray`, as for a user's own
+    `jax.jit`. 64-bit dtypes are kept: x64 is on around the call when the module uses them."""
     import jax
 
-    call, wide, results = jax_function(text, **placement)
+    call, wide, results = function
     one = not flat and results == 1
     if not wide:
         if one:

@@ -22,6 +22,7 @@ import numpy as np
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.exits.spmd.mesh import EXIT, axis_names
 from tilefoundry.exits.spmd.module import SpmdModule, lower_spmd
+from tilefoundry.exits.xla_jit import JaxFunction, jax_function, numpy_caller
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.types import TensorType
 
@@ -60,14 +61,17 @@ def spmd_runner(
     fn: Function, devices: int, bindings: dict[str, int], *, flat: bool = True
 ) -> Callable[..., Any]:
     """`f(*global numpy arrays) -> flat list of global numpy results` for
-    `run_xla(fn, *arrays, devices=N)` (see the module doc of `tilefoundry.exits.xla`), compiled
-    for the DimVar `bindings` of arguments already checked against the signature
-    (`exits.xla.check_inputs`: count, dtype, shape); the caller caches it per shapes. With
-    `flat=False` a single result comes back as the array itself (`xla_jit.jitted`)."""
+    `run_xla(fn, *arrays, devices=N)` (see the module doc of `tilefoundry.exits.xla`); with
+    `flat=False` a single result comes back as the array itself (`xla_jit.numpy_caller`)."""
+    return numpy_caller(spmd_function(fn, devices, bindings), flat=flat)
+
+
+def spmd_function(fn: Function, devices: int, bindings: dict[str, int]) -> JaxFunction:
+    """The SPMD module of `fn` jitted for `devices` devices, compiled for the DimVar `bindings`
+    of arguments already checked against the signature (`exits.xla.check_inputs`: count,
+    dtype, shape); the caller caches it per shapes."""
     import jax
     from jax.sharding import Mesh, NamedSharding
-
-    from tilefoundry.exits.xla_jit import jitted
 
     _check_device_count(devices)
     module = lower_spmd(fn, bindings=bindings or None)
@@ -85,12 +89,11 @@ def spmd_runner(
             NamedSharding(jax_mesh, partition_spec(t, len(t.shape), module)) for t in types
         )
 
-    return jitted(
+    return jax_function(
         module.text,
         in_shardings=placement(module.param_types),
         out_shardings=placement(module.result_types),
         num_devices=count,
-        flat=flat,
     )
 
 
