@@ -117,12 +117,12 @@ def run_xla(fn: Function, *arrays: Any, devices: int | None = None) -> Any:
     try:  # `_cache_key`, inlined: this path is the whole per-call cost on a small program
         key = (id(fn), 1 if devices is None else devices, *map(_SIGNATURE, arrays))
         entry = _EXECUTABLES[key]
+        _EXECUTABLES.move_to_end(key)  # most recently used last (a KeyError if another
+        # thread dropped it meanwhile: then it is admitted again)
     except (AttributeError, TypeError, KeyError):  # no shape/dtype, unhashable, or a miss
         entry = None
     if entry is None or entry.memory_setting != _ENVIRON.get(_MEMORY_KEY):
         entry, arrays = _admit(fn, arrays, devices)
-    else:
-        _EXECUTABLES.move_to_end(key)  # most recently used last
     return entry.run(*arrays)
 
 
