@@ -45,6 +45,9 @@ def _check_device_count(count: int) -> None:
 
 
 def _compile(text: str, count: int):
+    """The module compiled directly for `count` devices (device assignment `arange(count)`),
+    without jit: what the tests compare run_xla's jit path against (same results, same
+    collectives)."""
     from jax.extend import backend
 
     cpu = backend.get_backend("cpu")
