@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from tilefoundry.errors import VerifyError
-from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Var, source_span
+from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
 from tilefoundry.ir.hir.signature import type_mismatch
 from tilefoundry.ir.hir.walk import all_operands, callees_first
@@ -89,14 +89,36 @@ class _Verifier:
         nodes = self.ownership(fn)
         self.check_scopes(fn, nodes)
         fresh = [n for n in nodes if n not in self.trusted]
-        for node in fresh:
+        unchecked, signatures = self.unchecked(fresh)
+        for node in unchecked:
             self.node(node)
-        self.rederive(fresh)
+        self.rederive(unchecked, nodes)
+        if self.remember:
+            if len(_CHECKED) >= _CHECKED_LIMIT:
+                _CHECKED.clear()
+            _CHECKED.update(signatures)
         reason = type_mismatch(fn.return_type, fn.body.type)
         if reason is not None:
             fail(fn.body, f"{where}: the returned value does not match the return type: {reason}")
         if self.remember:
             self.trusted.update(fresh)
+
+    def unchecked(self, fresh: list[Expr]) -> tuple[list[Expr], list[tuple]]:
+        """The nodes of `fresh` whose per-node checks must run, and the signatures to remember
+        once they pass. Without a trusted set (a plain `verify`, or debug mode) that is all of
+        them; with one, a node whose signature passed before is skipped (see `signature`)."""
+        if not self.remember:
+            return fresh, []
+        unchecked: list[Expr] = []
+        signatures: list[tuple] = []
+        for node in fresh:
+            key = signature(node, self.tier)
+            if key is None:
+                unchecked.append(node)
+            elif key not in _CHECKED:
+                unchecked.append(node)
+                signatures.append(key)
+        return unchecked, signatures
 
     # ---- structure: who owns each node, and which Vars are in scope -----------------------------
 
@@ -251,12 +273,15 @@ class _Verifier:
 
     # ---- typeinfer re-derivation ---------------------------------------------------------------
 
-    def rederive(self, nodes: list[Expr]) -> None:
+    def rederive(self, nodes: list[Expr], body: list[Expr]) -> None:
+        """Re-run typeinfer on `nodes` and compare with their stamps. Every other node of the
+        `body` is verified already (trusted, or its signature passed), so its stamped type is its
+        rule's: re-derivation stops there, inside region bodies too."""
         ctx = TypeInferContext()
-        for node in nodes:  # a verified operand's stamped type is its rule's: re-derive no deeper
-            for operand in all_operands(node):
-                if operand in self.trusted and operand.type is not None:
-                    ctx.assume(operand, operand.type)
+        checking = set(nodes)
+        for node in body:
+            if node not in checking and node.type is not None:
+                ctx.assume(node, node.type)
         for node in nodes:
             if isinstance(node, Var | Constant):
                 continue
@@ -272,6 +297,51 @@ class _Verifier:
             if stamped != derived:
                 fail(node, f"{describe(node)}: declared type {stamped} does not follow its rule, "
                      f"which gives {derived}")  # fmt: skip
+
+
+_CHECKED: set[tuple] = set()
+"""Signatures (see `signature`) whose per-node checks passed in this process, at their tier."""
+_CHECKED_LIMIT = 1 << 16
+
+
+def signature(node: Expr, tier: str) -> tuple | None:
+    """Everything the per-node checks and the type re-derivation of `node` read, or None when
+    they read more (a Function or region callee, a loop, a literal array).
+
+    Those checks are pure functions of the tier, the node's class, its op (attributes included),
+    its stamped type and, per operand, the operand's stamped type and whether it is a literal (a
+    re-derivation reads operand types only: an operand is checked before its users, so its
+    stamped type is its rule's). Two nodes with one signature pass or fail together, so a
+    decoder's repeated layers, and the copies legalize and fuse make of a node when only its
+    operands' identities changed, are checked once. Only successes are remembered: a failure is
+    raised afresh at its own node."""
+    if isinstance(node, Call):
+        target = node.target
+        if not isinstance(target, Op):
+            return None
+        operands = node.args
+    elif isinstance(node, Var | Constant):
+        if isinstance(node, Constant) and not isinstance(node.value, int | float | bool):
+            return None
+        return (tier, type(node), node.type)
+    elif isinstance(node, Tuple):
+        target, operands = None, node.elements
+    else:
+        return None
+    parts = []
+    for operand in operands:
+        if isinstance(operand, Constant):
+            if not isinstance(operand.value, int | float | bool):
+                return None
+            parts.append((operand.type, type(operand.value), operand.value))
+        else:
+            parts.append(operand.type)
+    key = (tier, type(node), target, tuple(parts), node.type)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 _NONE: frozenset[Var] = frozenset()
