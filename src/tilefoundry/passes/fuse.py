@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tilefoundry.errors import InternalCompilerError
 from tilefoundry.inspect.printer import op_mnemonic
 from tilefoundry.ir.core import BindingName, Call, Constant, Expr, Var
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
@@ -216,7 +215,6 @@ class _Fuser(Rebuilder):
         inner: dict[Expr, Expr] = {}
         inputs: list[Var] = []
         outer_args: list[Expr] = []
-        body_ctx = TypeInferContext()
         body: list[Expr] = []
         for member in members:
             for operand in member.args:
@@ -232,16 +230,19 @@ class _Fuser(Rebuilder):
             metadata = member.metadata
             if member is members[-1]:  # the region Call carries the author's name, not the copy
                 metadata = tuple(m for m in metadata if not isinstance(m, BindingName))
-            copy = Call(member.target, tuple(inner[a] for a in member.args), metadata=metadata)
-            if body_ctx.infer(copy) != member.type:
-                raise InternalCompilerError(
-                    f"fuse: {op_mnemonic(member.target)} changed type inside its region"
-                )
+            # Every operand of the copy has its original's type (an input Var is typed as the
+            # value it stands for), so the copy keeps the member's type; verify re-derives it.
+            copy = Call(
+                member.target,
+                tuple(inner[a] for a in member.args),
+                member.type,
+                metadata=metadata,
+            )
             inner[member] = copy
             body.append(copy)
         region = FusionRegion(tuple(inputs), tuple(body), (body[-1],), region_kind(members))
-        result = Call(region, tuple(outer_args), metadata=members[-1].metadata)
-        ctx.infer(result)
+        result = Call(region, tuple(outer_args), members[-1].type, metadata=members[-1].metadata)
+        ctx.assume(result, result.type)
         saved = sum(type_bytes(m.type) or 0 for m in members[:-1])
         self.reports.append(
             RegionReport(

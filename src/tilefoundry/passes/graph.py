@@ -127,7 +127,11 @@ class Rebuilder:
         memo: dict[Expr, Expr] = {}
         self.memo = memo
         for node in post_order((root,)):
-            memo[node] = self._copy(node, memo, ctx)
+            new = memo[node] = self._copy(node, memo, ctx)
+            if new.type is not None:
+                # the input was verified, so a stamped type is its rule's: typing a new user
+                # stops here instead of re-typing the unchanged graph below it
+                ctx.assume(new, new.type)
         return memo[root]
 
     def _copy(self, node: Expr, memo: dict[Expr, Expr], ctx: TypeInferContext) -> Expr:
@@ -171,8 +175,23 @@ def _typed(node: Expr, ctx: TypeInferContext) -> Expr:
 
 
 def copy_call(call: Call, args: tuple[Expr, ...], ctx: TypeInferContext) -> Expr:
-    """The default `on_call`: reuse `call` when its arguments are unchanged, else re-type a copy
-    that keeps the target and every metadata entry (source span, binding name)."""
+    """The default `on_call`: reuse `call` when its arguments are unchanged, else a copy that
+    keeps the target and every metadata entry (source span, binding name). The copy is re-typed
+    only when an operand's type changed: an op rule is a function of the op and its operand
+    types (and of literal operands, which a same-type copy keeps), so otherwise the copy's type
+    is `call`'s. The verifier after the pass re-derives it either way."""
     if _same(args, call.args):
         return call
+    if same_operand_types(args, call.args):
+        return Call(call.target, args, call.type, metadata=call.metadata)
     return _typed(Call(call.target, args, metadata=call.metadata), ctx)
+
+
+def same_operand_types(new: tuple[Expr, ...], old: tuple[Expr, ...]) -> bool:
+    """Each new operand is the old one, or a non-literal of the same type (the old one typed)."""
+    for a, b in zip(new, old, strict=True):
+        if a is b:
+            continue
+        if b.type is None or a.type != b.type or isinstance(a, Constant) or isinstance(b, Constant):
+            return False
+    return True
