@@ -66,6 +66,8 @@ class _Verifier:
         self.done: set[Function] = set()
         self.trusted: set[Expr] = set() if trusted is None else trusted
         self.remember = trusted is not None
+        self.walks: dict[FusionRegion | None, list[Expr]] = {}
+        """The post-order of the body being checked (key None) and of each region's outputs."""
 
     def function(self, fn: Function) -> None:
         """Check `fn` and every Function it calls, callees first (a chain of nested calls costs
@@ -128,9 +130,11 @@ class _Verifier:
         owner: dict[Expr, FusionRegion | None] = {}
         order: list[Expr] = []
         pending: list[tuple[tuple[Expr, ...], FusionRegion | None]] = [((fn.body,), None)]
+        self.walks = {}
         while pending:
             roots, region = pending.pop(0)
-            for node in post_order(roots):
+            walk = self.walks[region] = post_order(roots)
+            for node in walk:
                 if isinstance(node, Var | Constant):
                     order.append(node)
                     continue
@@ -166,7 +170,7 @@ class _Verifier:
             if isinstance(node, GridRegionExpr)
             for var in (node.induction_var, *node.carried_args)
         }
-        for var in _FreeVars(fn.params).of(fn.body):
+        for var in _FreeVars(fn.params).of(fn.body, self.walks[None]):
             user = next(n for n in nodes if var in all_operands(n))
             if var in loop_vars:
                 fail(
@@ -182,7 +186,7 @@ class _Verifier:
         for node in nodes:
             if isinstance(node, Call) and isinstance(node.target, FusionRegion):
                 region = node.target
-                stray = _FreeVars(region.inputs).of_all(region.outputs)
+                stray = _FreeVars(region.inputs).of_all(region.outputs, self.walks[region])
                 if stray:
                     names = ", ".join(sorted(v.name for v in stray))
                     fail(node, f"FusionRegion: the body reads Var(s) {names}, not region inputs")
@@ -222,7 +226,7 @@ class _Verifier:
                     fail(call, f"{what}: call signature mismatch at parameter '{param.name}': "
                          f"{reason}")  # fmt: skip
         if isinstance(target, FusionRegion):
-            check_region(call, fail)
+            check_region(call, fail, self.walks.get(target))
         if self.tier == "tensor" and isinstance(target, Op):
             self.explicit_only(call, what)
 
@@ -357,20 +361,25 @@ class _FreeVars:
         self.bound = frozenset(bound)
         self.memo: dict[Expr, frozenset[Var]] = {}
 
-    def of(self, root: Expr) -> frozenset[Var]:
-        for node in post_order((root,)):
-            if node in self.memo:
+    def of(self, root: Expr, walk: list[Expr] | None = None) -> frozenset[Var]:
+        """`walk`, when given, is `post_order((root,))` (or a post-order holding it) already
+        computed by the caller."""
+        memo = self.memo
+        for node in post_order((root,)) if walk is None else walk:
+            if node in memo:
                 continue
-            own = isinstance(node, Var) and node not in self.bound
-            found = frozenset((node,)) if own else _NONE
-            found = found.union(*(self.memo[c] for c in all_operands(node)))
-            if isinstance(node, GridRegionExpr):
+            if isinstance(node, Var):
+                memo[node] = _NONE if node in self.bound else frozenset((node,))
+                continue
+            inner = [found for c in all_operands(node) if (found := memo[c])]
+            found = _NONE.union(*inner) if inner else _NONE
+            if found and isinstance(node, GridRegionExpr):
                 found -= {node.induction_var, *node.carried_args}
-            self.memo[node] = found
-        return self.memo[root]
+            memo[node] = found
+        return memo[root]
 
-    def of_all(self, roots: tuple[Expr, ...]) -> frozenset[Var]:
-        return frozenset().union(*(self.of(r) for r in roots))
+    def of_all(self, roots: tuple[Expr, ...], walk: list[Expr] | None = None) -> frozenset[Var]:
+        return frozenset().union(*(self.of(r, walk) for r in roots))
 
 
 def _reshaped_operands(call: Call) -> tuple[int, ...]:
