@@ -23,21 +23,41 @@ OnCall = Callable[[Call, tuple[Expr, ...], TypeInferContext], Expr]
 
 
 def post_order(roots: tuple[Expr, ...], operands=all_operands) -> list[Expr]:
-    """Every node under `roots` once, operands before users, left to right; no recursion."""
+    """Every node under `roots` once, operands before users, left to right; no recursion.
+
+    This is the order of the recursive walk "visit each unvisited operand, then emit the node",
+    run with a stack of operand iterators (a node is marked when first reached; HIR is acyclic,
+    so a marked node is either emitted or on the stack below its reacher, never re-entered)."""
     order: list[Expr] = []
     seen: set[Expr] = set()
-    stack: list[tuple[Expr, bool]] = [(r, False) for r in reversed(roots)]
-    while stack:
-        node, expanded = stack.pop()
-        if node in seen:
+    fast = operands is all_operands
+    for root in roots:
+        if root in seen:
             continue
-        if expanded:
-            seen.add(node)
-            order.append(node)
-            continue
-        stack.append((node, True))
-        stack.extend((c, False) for c in reversed(operands(node)) if c not in seen)
+        seen.add(root)
+        stack = [(root, iter(_children(root) if fast else operands(root)))]
+        while stack:
+            node, pending = stack[-1]
+            for child in pending:
+                if child not in seen:
+                    seen.add(child)
+                    children = _children(child) if fast else operands(child)
+                    stack.append((child, iter(children)))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
     return order
+
+
+def _children(node: Expr) -> tuple[Expr, ...]:
+    """`all_operands`, with the two common node classes answered inline (walks are hot)."""
+    kind = type(node)
+    if kind is Call:
+        return node.args
+    if kind is Var or kind is Constant:
+        return ()
+    return all_operands(node)
 
 
 def users(nodes: list[Expr]) -> dict[Expr, list[Expr]]:

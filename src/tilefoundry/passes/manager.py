@@ -119,13 +119,15 @@ def require_static_signatures(ir: Any) -> None:
 def _refuse_zero_sizes(fn: Any) -> None:
     values = [(f"parameter '{p.name}'", p.type, p) for p in fn.params]
     values.append(("the return type", fn.return_type, fn))
-    if isinstance(fn.body, Expr):
-        values += [(describe(n), n.type, n) for n in iter_nodes(fn.body) if n not in fn.params]
+    if isinstance(fn.body, Expr):  # described only when refused: a name per node costs
+        params = set(fn.params)
+        values += [(None, n.type, n) for n in iter_nodes(fn.body) if n not in params]
     for what, type_, node in values:
         if not isinstance(type_, TensorType | TupleType):
             continue
         for tensor in tensor_fields(type_):
             if any(isinstance(d, int) and d <= 0 for d in tensor.shape):
+                what = describe(node) if what is None else what
                 raise VerifyError(
                     f"compile: Function {fn.name}: {what} has the zero-size type {tensor}; the "
                     "tensor tier (legalize, fusion) needs extents >= 1, so drop the "
