@@ -69,20 +69,24 @@ class FusionReport:
 def plan_regions(body: Expr) -> list[list[Call]]:
     """The regions of every block under `body` (its own, then each loop body's), each as its
     members in block order; deterministic."""
-    use = users(post_order((body,)))
+    nodes = post_order((body,))
+    use = users(nodes)
     regions: list[list[Call]] = []
-    for block, returned in _blocks(body):
+    for block, returned in _blocks(body, nodes):
         regions += _plan_block(block, use, returned)
     return regions
 
 
-def _blocks(body: Expr) -> list[tuple[list[Expr], Expr]]:
+def _blocks(body: Expr, nodes: list[Expr]) -> list[tuple[list[Expr], Expr]]:
     """(nodes in block order, the value the block hands out) for the function body and for each
-    loop body. A loop body's block is what it computes per iteration: the nodes that read the
-    loop's induction variable or carries. A loop-invariant node the body reads is computed once,
-    before the loop, so it belongs to the enclosing block (as the exits hoist it)."""
-    nodes = post_order((body,))
-    reads = _reads(nodes, _loop_vars(nodes))
+    loop body; `nodes` is `post_order((body,))`. A loop body's block is what it computes per
+    iteration: the nodes that read the loop's induction variable or carries. A loop-invariant
+    node the body reads is computed once, before the loop, so it belongs to the enclosing block
+    (as the exits hoist it). Without loops the one block is `nodes` itself."""
+    loop_vars = _loop_vars(nodes)
+    if not loop_vars and not any(isinstance(n, GridRegionExpr) for n in nodes):
+        return [(nodes, body)]
+    reads = _reads(nodes, loop_vars)
 
     def operands(node: Expr) -> tuple[Expr, ...]:
         if not isinstance(node, GridRegionExpr):

@@ -69,9 +69,33 @@ def adopted_literals(call: Call) -> dict[int, DType]:
     }
 
 
-def _legalize_call(call: Call, args: tuple[Expr, ...], ctx: TypeInferContext) -> Expr:
-    literals = adopted_literals(call)
-    broadcasts = implicitly_broadcast(call)
+Plan = tuple[dict[int, DType], tuple[int, ...]]
+
+
+def _plan(call: Call, plans: dict[tuple, Plan]) -> Plan:
+    """`adopted_literals` and `implicitly_broadcast` of `call`, read once per signature in one
+    run (`plans`): both read only the op, the operands' types and which operands are literals,
+    and the result type, and every layer of a model repeats the same few."""
+    if fusion_kind(call) != FusionKind.ELEMENTWISE:
+        return {}, ()
+    key = (
+        call.target,
+        tuple((a.type, is_inlined_literal(a)) for a in call.args),
+        call.type,
+    )
+    try:
+        plan = plans.get(key)
+    except TypeError:  # an unhashable attribute or type: no memo
+        return adopted_literals(call), implicitly_broadcast(call)
+    if plan is None:
+        plan = plans[key] = (adopted_literals(call), implicitly_broadcast(call))
+    return plan
+
+
+def _legalize_call(
+    call: Call, args: tuple[Expr, ...], ctx: TypeInferContext, plans: dict[tuple, Plan]
+) -> Expr:
+    literals, broadcasts = _plan(call, plans)
     if not literals and not broadcasts:
         return copy_call(call, args, ctx)
     new_args = list(args)
@@ -100,7 +124,10 @@ def _legalize_call(call: Call, args: tuple[Expr, ...], ctx: TypeInferContext) ->
 
 def legalize(obj: Any) -> Any:
     """The Function or Module with every implicit broadcast and scalar adoption made explicit."""
-    return Rebuilder(_legalize_call).module_or_function(obj)
+    plans: dict[tuple, Plan] = {}
+    return Rebuilder(
+        lambda call, args, ctx: _legalize_call(call, args, ctx, plans)
+    ).module_or_function(obj)
 
 
 def explicit_broadcast(shape: tuple) -> Any:

@@ -60,7 +60,8 @@ class PassManager:
         self.input_tier = input_tier
         self.debug = debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
         self.verified: dict[str, set[Expr]] = {}
-        """tier -> nodes already verified at it in this run (unused in debug mode)."""
+        """tier -> nodes (and node signatures) already verified at it in this run (unused in
+        debug mode)."""
 
     def run(self, ir: Any) -> Any:
         self._verify(ir, self.input_tier, "the input")

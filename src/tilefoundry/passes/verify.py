@@ -38,13 +38,15 @@ def fail(node: Any, message: str) -> NoReturn:
     raise err
 
 
-def verify(obj: Any, *, tier: str = "hir", trusted: set[Expr] | None = None) -> Any:
+def verify(obj: Any, *, tier: str = "hir", trusted: set[Any] | None = None) -> Any:
     """Check a Function or Module; returns it unchanged so calls can be chained.
 
-    `trusted`, when given, is the set of nodes already verified at this `tier` (by an earlier
-    call that was handed the same set): their per-node checks and type re-derivation are skipped
-    and every node verified now is added to it. A node is immutable and its operands are part of
-    it, so a node shared between a pass's input and its output is as valid as it was; what a pass
+    `trusted`, when given, is the set of nodes (and node signatures) already verified at this
+    `tier` by an earlier call that was handed the same set: their per-node checks and type
+    re-derivation are skipped and every node verified now is added to it. A node is immutable
+    and its operands are part of it, so a node shared between a pass's input and its output is
+    as valid as it was; a new node whose `signature` passed before passes again (a decoder's
+    repeated layers, a pass's copy of a node whose operands were rebuilt); anything else a pass
     created is checked in full, and the whole-body checks (scoping, region ownership, the return
     type) always run. This is what makes "verify after every pass" cost little."""
     if tier not in TIERS:
@@ -61,10 +63,10 @@ def verify(obj: Any, *, tier: str = "hir", trusted: set[Expr] | None = None) -> 
 
 
 class _Verifier:
-    def __init__(self, tier: str, trusted: set[Expr] | None = None):
+    def __init__(self, tier: str, trusted: set[Any] | None = None):
         self.tier = tier
         self.done: set[Function] = set()
-        self.trusted: set[Expr] = set() if trusted is None else trusted
+        self.trusted: set[Any] = set() if trusted is None else trusted
         self.remember = trusted is not None
         self.walks: dict[FusionRegion | None, list[Expr]] = {}
         """The post-order of the body being checked (key None) and of each region's outputs."""
@@ -96,30 +98,28 @@ class _Verifier:
             self.node(node)
         self.rederive(unchecked, nodes)
         if self.remember:
-            if len(_CHECKED) >= _CHECKED_LIMIT:
-                _CHECKED.clear()
-            _CHECKED.update(signatures)
+            self.trusted.update(signatures)
         reason = type_mismatch(fn.return_type, fn.body.type)
         if reason is not None:
             fail(fn.body, f"{where}: the returned value does not match the return type: {reason}")
         if self.remember:
             self.trusted.update(fresh)
 
-    def unchecked(self, fresh: list[Expr]) -> tuple[list[Expr], list[tuple]]:
+    def unchecked(self, fresh: list[Expr]) -> tuple[list[Expr], set[tuple]]:
         """The nodes of `fresh` whose per-node checks must run, and the signatures to remember
         once they pass. Without a trusted set (a plain `verify`, or debug mode) that is all of
         them; with one, a node whose signature passed before is skipped (see `signature`)."""
         if not self.remember:
-            return fresh, []
+            return fresh, set()
         unchecked: list[Expr] = []
-        signatures: list[tuple] = []
+        signatures: set[tuple] = set()
         for node in fresh:
-            key = signature(node, self.tier)
+            key = signature(node)
             if key is None:
                 unchecked.append(node)
-            elif key not in _CHECKED:
-                unchecked.append(node)
-                signatures.append(key)
+            elif key not in self.trusted and key not in signatures:
+                unchecked.append(node)  # the first of its signature stands for the others
+                signatures.add(key)
         return unchecked, signatures
 
     # ---- structure: who owns each node, and which Vars are in scope -----------------------------
@@ -303,14 +303,9 @@ class _Verifier:
                      f"which gives {derived}")  # fmt: skip
 
 
-_CHECKED: set[tuple] = set()
-"""Signatures (see `signature`) whose per-node checks passed in this process, at their tier."""
-_CHECKED_LIMIT = 1 << 16
-
-
-def signature(node: Expr, tier: str) -> tuple | None:
-    """Everything the per-node checks and the type re-derivation of `node` read, or None when
-    they read more (a Function or region callee, a loop, a literal array).
+def signature(node: Expr) -> tuple | None:
+    """Everything the per-node checks and the type re-derivation of `node` read at one tier, or
+    None when they read more (a Function or region callee, a loop, a literal array).
 
     Those checks are pure functions of the tier, the node's class, its op (attributes included),
     its stamped type and, per operand, the operand's stamped type and whether it is a literal (a
@@ -327,7 +322,7 @@ def signature(node: Expr, tier: str) -> tuple | None:
     elif isinstance(node, Var | Constant):
         if isinstance(node, Constant) and not isinstance(node.value, int | float | bool):
             return None
-        return (tier, type(node), node.type)
+        return (type(node), node.type)
     elif isinstance(node, Tuple):
         target, operands = None, node.elements
     else:
@@ -340,7 +335,7 @@ def signature(node: Expr, tier: str) -> tuple | None:
             parts.append((operand.type, type(operand.value), operand.value))
         else:
             parts.append(operand.type)
-    key = (tier, type(node), target, tuple(parts), node.type)
+    key = (type(node), target, tuple(parts), node.type)
     try:
         hash(key)
     except TypeError:
