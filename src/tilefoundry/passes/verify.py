@@ -105,14 +105,14 @@ class _Verifier:
         if self.remember:
             self.trusted.update(fresh)
 
-    def unchecked(self, fresh: list[Expr]) -> tuple[list[Expr], set[tuple]]:
+    def unchecked(self, fresh: list[Expr]) -> tuple[list[Expr], set[Signature]]:
         """The nodes of `fresh` whose per-node checks must run, and the signatures to remember
         once they pass. Without a trusted set (a plain `verify`, or debug mode) that is all of
         them; with one, a node whose signature passed before is skipped (see `signature`)."""
         if not self.remember:
             return fresh, set()
         unchecked: list[Expr] = []
-        signatures: set[tuple] = set()
+        signatures: set[Signature] = set()
         for node in fresh:
             key = signature(node)
             if key is None:
@@ -303,7 +303,7 @@ class _Verifier:
                      f"which gives {derived}")  # fmt: skip
 
 
-def signature(node: Expr) -> tuple | None:
+def signature(node: Expr) -> Signature | None:
     """Everything the per-node checks and the type re-derivation of `node` read at one tier, or
     None when they read more (a Function or region callee, a loop, a literal array).
 
@@ -322,7 +322,10 @@ def signature(node: Expr) -> tuple | None:
     elif isinstance(node, Var | Constant):
         if isinstance(node, Constant) and not isinstance(node.value, int | float | bool):
             return None
-        return (type(node), node.type)
+        try:
+            return Signature((type(node), node.type))
+        except TypeError:
+            return None
     elif isinstance(node, Tuple):
         target, operands = None, node.elements
     else:
@@ -335,12 +338,27 @@ def signature(node: Expr) -> tuple | None:
             parts.append((operand.type, type(operand.value), operand.value))
         else:
             parts.append(operand.type)
-    key = (type(node), target, tuple(parts), node.type)
     try:
-        hash(key)
-    except TypeError:
+        return Signature((type(node), target, tuple(parts), node.type))
+    except TypeError:  # an unhashable attribute or type
         return None
-    return key
+
+
+class Signature:
+    """A node signature with its hash computed once: it is looked up and stored several times,
+    and a tuple of types and an op re-hashes every element each time."""
+
+    __slots__ = ("hash", "key")
+
+    def __init__(self, key: tuple) -> None:
+        self.hash = hash(key)
+        self.key = key
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Signature and other.hash == self.hash and other.key == self.key
 
 
 _NONE: frozenset[Var] = frozenset()

@@ -145,16 +145,12 @@ not memoised (their type is their body's)."""
 _OP_RESULTS_LIMIT = 1 << 16
 
 
-def _op_key(op: Op, arg_types: tuple[Type, ...]) -> tuple | None:
+def _op_key(op: Op, arg_types: tuple[Type, ...]) -> tuple:
     """The memo key; the attribute values' classes are part of it because `1 == 1.0 == True`.
-    None when something in it is not hashable (then the rule simply runs)."""
+    Hashing it raises TypeError when something in it is not hashable (then the rule simply
+    runs)."""
     values = op._values  # the attribute dict Op hashes and compares by
-    key = (op, tuple(type(v) for v in values.values()), arg_types)
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+    return (op, tuple(type(v) for v in values.values()), arg_types)
 
 
 @register_typeinfer(Call)
@@ -163,7 +159,10 @@ def _call(call: Call, ctx: TypeInferContext) -> Type:
     target = call.target
     key = _op_key(target, arg_types) if isinstance(target, Op) else None
     if key is not None:
-        cached = _OP_RESULTS.get(key)
+        try:
+            cached = _OP_RESULTS.get(key)
+        except TypeError:
+            key = cached = None
         if cached is not None:
             return cached
     registry = TYPEINFER if isinstance(target, Op) else CALLEE_TYPEINFER
