@@ -10,6 +10,7 @@ output stable across runs and hash seeds.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from operator import is_
 from typing import Any
 
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Tuple, Var
@@ -147,16 +148,15 @@ class Rebuilder:
         memo: dict[Expr, Expr] = {}
         self.memo = memo
         for node in post_order((root,)):
-            new = memo[node] = self._copy(node, memo, ctx)
-            if new.type is not None:
-                # the input was verified, so a stamped type is its rule's: typing a new user
-                # stops here instead of re-typing the unchanged graph below it
-                ctx.assume(new, new.type)
+            memo[node] = self._copy(node, memo, ctx)
         return memo[root]
 
     def _copy(self, node: Expr, memo: dict[Expr, Expr], ctx: TypeInferContext) -> Expr:
-        if isinstance(node, Var | Constant):
+        kind = type(node)
+        if kind is Var or kind is Constant:
             return node
+        if kind is Call and not isinstance(node.target, Function):
+            return self.on_call(node, tuple(map(memo.__getitem__, node.args)), ctx)
         if isinstance(node, Tuple):
             elements = tuple(memo[e] for e in node.elements)
             if _same(elements, node.elements):
@@ -178,18 +178,24 @@ class Rebuilder:
             if isinstance(target, Function):
                 target = self.function(target)
                 if target is not node.target:
-                    return _typed(Call(target, args, metadata=node.metadata), ctx)
+                    return typed_node(Call(target, args, metadata=node.metadata), ctx)
             return self.on_call(node, args, ctx)
         else:
             return node
-        return _typed(new, ctx)
+        return typed_node(new, ctx)
 
 
 def _same(new: tuple[Expr, ...], old: tuple[Expr, ...]) -> bool:
-    return all(a is b for a, b in zip(new, old, strict=True))
+    return len(new) == len(old) and all(map(is_, new, old))
 
 
-def _typed(node: Expr, ctx: TypeInferContext) -> Expr:
+def typed_node(node: Expr, ctx: TypeInferContext) -> Expr:
+    """Type a new node. Its operands are typed already (verified input, or new and typed here):
+    their stamped types are their rules', so typing stops at them instead of re-typing the
+    unchanged graph below."""
+    for operand in all_operands(node):
+        if operand.type is not None:
+            ctx.assume(operand, operand.type)
     ctx.infer(node)
     return node
 
@@ -204,7 +210,7 @@ def copy_call(call: Call, args: tuple[Expr, ...], ctx: TypeInferContext) -> Expr
         return call
     if same_operand_types(args, call.args):
         return Call(call.target, args, call.type, metadata=call.metadata)
-    return _typed(Call(call.target, args, metadata=call.metadata), ctx)
+    return typed_node(Call(call.target, args, metadata=call.metadata), ctx)
 
 
 def same_operand_types(new: tuple[Expr, ...], old: tuple[Expr, ...]) -> bool:

@@ -26,7 +26,7 @@ from tilefoundry.errors import InternalCompilerError
 from tilefoundry.ir.core import Call, Constant, Expr, SourceSpan, get_metadata
 from tilefoundry.ir.types import DType, StorageKind, TensorType
 from tilefoundry.passes.fusion_rules import fusion_kind, is_inlined_literal
-from tilefoundry.passes.graph import Rebuilder, copy_call
+from tilefoundry.passes.graph import Rebuilder, copy_call, typed_node
 from tilefoundry.visitor_registry import (
     ACCESS_RELATION,
     FusionKind,
@@ -102,8 +102,7 @@ def _legalize_call(
     for i, dtype in literals.items():
         literal = args[i]
         typed = TensorType((), dtype, storage=StorageKind.UMAT)
-        new_args[i] = Constant(literal.value, typed, metadata=literal.metadata)
-        ctx.infer(new_args[i])
+        new_args[i] = typed_node(Constant(literal.value, typed, metadata=literal.metadata), ctx)
     span = get_metadata(call, SourceSpan)
     for i in broadcasts:
         widened = Call(
@@ -111,10 +110,9 @@ def _legalize_call(
             (new_args[i],),
             metadata=() if span is None else (span,),
         )
-        ctx.infer(widened)
-        new_args[i] = widened
-    new = Call(call.target, tuple(new_args), metadata=call.metadata)
-    if ctx.infer(new) != call.type:
+        new_args[i] = typed_node(widened, ctx)
+    new = typed_node(Call(call.target, tuple(new_args), metadata=call.metadata), ctx)
+    if new.type != call.type:
         raise InternalCompilerError(
             f"legalize: making {type(call.target).__name__}'s operands explicit changed its type "
             f"from {call.type} to {new.type}"
