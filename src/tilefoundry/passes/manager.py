@@ -2,9 +2,11 @@
 
 Every pass's output is verified before the next pass (or an exit) sees it, so no pass output
 reaches an exit unverified. Verification is incremental: nodes a pass kept from its already
-verified input (same object, same tier) are not re-checked, only what it created is, plus the
-whole-body checks. TILEFOUNDRY_DEBUG_PASSES=1 (or `debug=True`) turns that off and re-checks every
-node after every pass.
+verified input (same object, same tier) are not re-checked, and a new node whose signature (op,
+operand types and literals, stamped type: all its per-node checks read) already passed at the
+tier in this run is not re-checked either; everything else is, plus the whole-body checks.
+TILEFOUNDRY_DEBUG_PASSES=1 (or `debug=True`) turns that off and re-checks every node after every
+pass.
 
 The IR a pass receives is verified first, so a failure there is the user's program (a plain
 VerifyError); the IR a pass returns is verified at the pass's output tier, so a failure there is
