@@ -29,7 +29,7 @@ def describe(node: Any) -> str:
 
 
 def _operands(node: Expr) -> tuple[Expr, ...]:
-    if isinstance(node, Call):
+    if type(node) is Call or isinstance(node, Call):
         return node.args
     if isinstance(node, Tuple):
         return node.elements
@@ -60,13 +60,15 @@ class TypeInferContext:
         """The type of `expr`, computed once per context and stamped onto unstamped nodes."""
         if not isinstance(expr, Expr):
             raise VerifyError(f"typeinfer: {expr!r} is not an Expr")
-        cached = self._cache.get(expr)
+        cache = self._cache
+        cached = cache.get(expr)
         if cached is not None:
             return cached
-        try:
-            self._infer_operands_first(expr)
-        except VerifyError as err:
-            raise _located(err, expr) from None
+        if not all(map(cache.__contains__, _operands(expr))):  # the usual case: all typed
+            try:
+                self._infer_operands_first(expr)
+            except VerifyError as err:
+                raise _located(err, expr) from None
         return self._infer_node(expr)
 
     def assume(self, expr: Expr, type_: Type) -> None:
@@ -155,7 +157,8 @@ def _op_key(op: Op, arg_types: tuple[Type, ...]) -> tuple:
 
 @register_typeinfer(Call)
 def _call(call: Call, ctx: TypeInferContext) -> Type:
-    arg_types = tuple(ctx.infer(a) for a in call.args)
+    cache = ctx._cache  # operands are typed first (`infer`), so this is the usual lookup
+    arg_types = tuple([cache[a] if a in cache else ctx.infer(a) for a in call.args])
     target = call.target
     key = _op_key(target, arg_types) if isinstance(target, Op) else None
     if key is not None:
