@@ -29,6 +29,23 @@ def gc_paused(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         finally:
+            _tenure_survivors()
             gc.enable()
 
     return wrapper  # type: ignore[return-value]
+
+
+def _tenure_survivors() -> None:
+    """Move what the paused stage left alive into the oldest generation, unexamined.
+
+    Allocations made while the collector is off still count towards a young collection, so the
+    first allocation after `gc.enable()` would trace every node the stage built (and soon after a
+    middle and a full collection, with jax's heap). The IR is acyclic and lives as long as the
+    caller holds it; reference counting frees it. `freeze()` then `unfreeze()` splices every
+    generation into the oldest one in constant time and resets the young count: the collector
+    resumes as if the stage had allocated nothing, and a cycle among the moved objects is still
+    found by the next full collection. Skipped when the process has frozen objects of its own
+    (a pre-fork `gc.freeze()`), which `unfreeze()` would release."""
+    if gc.get_freeze_count() == 0:
+        gc.freeze()
+        gc.unfreeze()

@@ -3,6 +3,8 @@ each refused with its own message; and the valid edge cases, accepted at both ti
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 from passes.builders import T8, binary, function, region_call, typed, unary
@@ -325,3 +327,45 @@ def test_debug_passes_rechecks_every_node(monkeypatch):
     monkeypatch.setenv(manager.DEBUG_ENV, "0")
     compile(function("f", (x,), binary("add", x, x)))
     assert len(seen) == 3 and all(isinstance(s, set) for s in seen)
+
+
+def _count_checked_calls(monkeypatch) -> list:
+    verify_module = importlib.import_module("tilefoundry.passes.verify")
+
+    checked: list = []
+    real = verify_module._Verifier.node
+
+    def counting(self, node):
+        if isinstance(node, Call):
+            checked.append(node)
+        return real(self, node)
+
+    monkeypatch.setattr(verify_module._Verifier, "node", counting)
+    return checked
+
+
+def test_a_repeated_signature_is_checked_once_per_run(monkeypatch):
+    """SFEP-0053 §3.4 incremental form: with a trusted set, a node whose signature (op, operand
+    types and literals, stamped type) already passed at the tier is not re-checked; a plain
+    verify (or TILEFOUNDRY_DEBUG_PASSES) still checks every node."""
+    checked = _count_checked_calls(monkeypatch)
+    x, y = Var("x", T8), Var("y", T8)
+    first, second = binary("add", x, y), binary("add", y, x)
+    fn = function("f", (x, y), binary("mul", first, second))
+    verify(fn, tier="tensor", trusted=set())
+    assert checked.count(first) + checked.count(second) == 1
+    checked.clear()
+    verify(fn, tier="tensor")
+    assert first in checked and second in checked
+
+
+def test_a_remembered_signature_does_not_hide_a_wrong_stamp():
+    """A node with the same op and operand types as a verified one, but a stamp its rule does not
+    give, has another signature and is checked in full."""
+    x = Var("x", T8)
+    trusted: set = set()
+    verify(function("f", (x,), binary("add", x, x)), tier="tensor", trusted=trusted)
+    broken = Call(Binary(kind=BinaryKind.ADD), (x, x))
+    broken.stamp_type(TensorType((8,), f64))
+    with pytest.raises(VerifyError, match="does not follow its rule"):
+        verify(function("f", (x,), broken, T8), tier="tensor", trusted=trusted)

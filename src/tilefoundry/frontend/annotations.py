@@ -97,7 +97,28 @@ def _shape_slot(value: Any) -> tuple:
     raise VerifyError(f"the shape slot must be a tuple of extents, got {value!r}")
 
 
+_PLAIN: dict[tuple, TensorType] = {}
+"""`Tensor[(ints...), "dtype"]` -> its type: the common annotation, built once per spelling."""
+
+
 def _build(items: tuple) -> TensorType:
+    plain = (
+        len(items) == 2
+        and type(items[0]) is tuple
+        and type(items[1]) is str
+        and all(type(d) is int for d in items[0])
+    )
+    if not plain:
+        return _build_type(items)
+    built = _PLAIN.get(items)
+    if built is None:
+        if len(_PLAIN) >= 4096:
+            _PLAIN.clear()
+        built = _PLAIN[items] = _build_type(items)
+    return built
+
+
+def _build_type(items: tuple) -> TensorType:
     if len(items) < 2 or len(items) > 4:
         raise VerifyError(
             f'expected Tensor[shape, "dtype"(, layout)(, storage)], got {len(items)} slot(s)'

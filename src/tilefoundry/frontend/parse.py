@@ -115,8 +115,17 @@ def _check_arguments(parsed: ParsedDef) -> list[ast.arg]:
     return list(args.args)
 
 
-def _refuse_empty_partial(parsed: ParsedDef, annotation: ast.AST, env: Environment) -> None:
-    """`P()` evaluates to Partial("sum"), so only the source shows the missing reduction."""
+def _refuse_empty_partial(
+    parsed: ParsedDef, annotation: ast.AST, env: Environment, lines: list[str] | None = None
+) -> None:
+    """`P()` evaluates to Partial("sum"), so only the source shows the missing reduction.
+    `lines` (the parsed text's lines) lets a one-line annotation without a parenthesis, which
+    holds no call, skip the walk."""
+    if lines is not None and annotation.lineno == annotation.end_lineno:
+        line = lines[annotation.lineno - 1]
+        text = line[annotation.col_offset : annotation.end_col_offset]
+        if line.isascii() and "(" not in text:  # AST columns count bytes: ASCII lines only
+            return
     for node in ast.walk(annotation):
         if isinstance(node, ast.Call) and not node.args and not node.keywords:
             callee = _static_name(node.func, env)
@@ -160,6 +169,8 @@ def _annotation_type(parsed: ParsedDef, node: ast.AST, value: Any, what: str) ->
 def signature(parsed: ParsedDef, env: Environment) -> tuple[tuple[Var, ...], Any]:
     """The parameter Vars (types from the evaluated annotations) and the declared return type."""
     annotations = parsed.pyfn.__annotations__
+    text = parsed.diag.source.text
+    lines = None if "\r" in text else text.split("\n")  # the parser's own line breaks
     params = []
     for arg in _check_arguments(parsed):
         if arg.annotation is None:
@@ -168,7 +179,7 @@ def signature(parsed: ParsedDef, env: Environment) -> tuple[tuple[Var, ...], Any
                 f"parameter '{arg.arg}' has no annotation",
                 f'annotate it: {arg.arg}: Tensor[(...), "f32"]',
             )
-        _refuse_empty_partial(parsed, arg.annotation, env)
+        _refuse_empty_partial(parsed, arg.annotation, env, lines)
         value = annotations.get(arg.arg)
         type_ = _annotation_type(parsed, arg.annotation, value, f"parameter '{arg.arg}'")
         metadata: tuple[Metadata, ...] = (parsed.diag.source.span(arg),)

@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tilefoundry.errors import InternalCompilerError
 from tilefoundry.inspect.printer import op_mnemonic
 from tilefoundry.ir.core import BindingName, Call, Constant, Expr, Var
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
@@ -70,20 +69,24 @@ class FusionReport:
 def plan_regions(body: Expr) -> list[list[Call]]:
     """The regions of every block under `body` (its own, then each loop body's), each as its
     members in block order; deterministic."""
-    use = users(post_order((body,)))
+    nodes = post_order((body,))
+    use = users(nodes)
     regions: list[list[Call]] = []
-    for block, returned in _blocks(body):
+    for block, returned in _blocks(body, nodes):
         regions += _plan_block(block, use, returned)
     return regions
 
 
-def _blocks(body: Expr) -> list[tuple[list[Expr], Expr]]:
+def _blocks(body: Expr, nodes: list[Expr]) -> list[tuple[list[Expr], Expr]]:
     """(nodes in block order, the value the block hands out) for the function body and for each
-    loop body. A loop body's block is what it computes per iteration: the nodes that read the
-    loop's induction variable or carries. A loop-invariant node the body reads is computed once,
-    before the loop, so it belongs to the enclosing block (as the exits hoist it)."""
-    nodes = post_order((body,))
-    reads = _reads(nodes, _loop_vars(nodes))
+    loop body; `nodes` is `post_order((body,))`. A loop body's block is what it computes per
+    iteration: the nodes that read the loop's induction variable or carries. A loop-invariant
+    node the body reads is computed once, before the loop, so it belongs to the enclosing block
+    (as the exits hoist it). Without loops the one block is `nodes` itself."""
+    loop_vars = _loop_vars(nodes)
+    if not loop_vars and not any(isinstance(n, GridRegionExpr) for n in nodes):
+        return [(nodes, body)]
+    reads = _reads(nodes, loop_vars)
 
     def operands(node: Expr) -> tuple[Expr, ...]:
         if not isinstance(node, GridRegionExpr):
@@ -216,7 +219,6 @@ class _Fuser(Rebuilder):
         inner: dict[Expr, Expr] = {}
         inputs: list[Var] = []
         outer_args: list[Expr] = []
-        body_ctx = TypeInferContext()
         body: list[Expr] = []
         for member in members:
             for operand in member.args:
@@ -232,16 +234,19 @@ class _Fuser(Rebuilder):
             metadata = member.metadata
             if member is members[-1]:  # the region Call carries the author's name, not the copy
                 metadata = tuple(m for m in metadata if not isinstance(m, BindingName))
-            copy = Call(member.target, tuple(inner[a] for a in member.args), metadata=metadata)
-            if body_ctx.infer(copy) != member.type:
-                raise InternalCompilerError(
-                    f"fuse: {op_mnemonic(member.target)} changed type inside its region"
-                )
+            # Every operand of the copy has its original's type (an input Var is typed as the
+            # value it stands for), so the copy keeps the member's type; verify re-derives it.
+            copy = Call(
+                member.target,
+                tuple(inner[a] for a in member.args),
+                member.type,
+                metadata=metadata,
+            )
             inner[member] = copy
             body.append(copy)
         region = FusionRegion(tuple(inputs), tuple(body), (body[-1],), region_kind(members))
-        result = Call(region, tuple(outer_args), metadata=members[-1].metadata)
-        ctx.infer(result)
+        result = Call(region, tuple(outer_args), members[-1].type, metadata=members[-1].metadata)
+        ctx.assume(result, result.type)
         saved = sum(type_bytes(m.type) or 0 for m in members[:-1])
         self.reports.append(
             RegionReport(

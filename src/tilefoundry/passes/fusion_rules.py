@@ -30,7 +30,7 @@ The operation legality rule, by the producer's and consumer's `FusionKind`:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Var
 from tilefoundry.ir.types import StorageKind, TensorType, UnitType
@@ -44,13 +44,23 @@ TRANSPOSE_READERS = frozenset({FusionKind.ELEMENTWISE, FusionKind.VIEW, FusionKi
 EPILOGUE_KINDS = frozenset({FusionKind.ELEMENTWISE, FusionKind.VIEW})
 
 
+_KIND_RULES: dict[type, Callable[[Op], FusionKind]] = {}
+"""Op class -> its FUSION rule, found once (the passes ask for a node's kind many times)."""
+
+
 def fusion_kind(node: Expr) -> FusionKind:
     """The node's fusion role; anything that is not a pure op Call is a BARRIER."""
-    if not isinstance(node, Call) or not isinstance(node.target, Op):
+    if not isinstance(node, Call):
         return FusionKind.BARRIER
-    if isinstance(node.type, UnitType) or not FUSION.has(type(node.target)):
+    target = node.target
+    rule = _KIND_RULES.get(type(target))
+    if rule is None:
+        if not isinstance(target, Op) or not FUSION.has(type(target)):
+            return FusionKind.BARRIER
+        rule = _KIND_RULES[type(target)] = FUSION.lookup(type(target))
+    if isinstance(node.type, UnitType):
         return FusionKind.BARRIER
-    return FUSION.lookup(type(node.target))(node.target)
+    return rule(target)
 
 
 def is_inlined_literal(node: Expr) -> bool:

@@ -10,6 +10,7 @@ output stable across runs and hash seeds.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from operator import is_
 from typing import Any
 
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Tuple, Var
@@ -23,21 +24,41 @@ OnCall = Callable[[Call, tuple[Expr, ...], TypeInferContext], Expr]
 
 
 def post_order(roots: tuple[Expr, ...], operands=all_operands) -> list[Expr]:
-    """Every node under `roots` once, operands before users, left to right; no recursion."""
+    """Every node under `roots` once, operands before users, left to right; no recursion.
+
+    This is the order of the recursive walk "visit each unvisited operand, then emit the node",
+    run with a stack of operand iterators (a node is marked when first reached; HIR is acyclic,
+    so a marked node is either emitted or on the stack below its reacher, never re-entered)."""
     order: list[Expr] = []
     seen: set[Expr] = set()
-    stack: list[tuple[Expr, bool]] = [(r, False) for r in reversed(roots)]
-    while stack:
-        node, expanded = stack.pop()
-        if node in seen:
+    fast = operands is all_operands
+    for root in roots:
+        if root in seen:
             continue
-        if expanded:
-            seen.add(node)
-            order.append(node)
-            continue
-        stack.append((node, True))
-        stack.extend((c, False) for c in reversed(operands(node)) if c not in seen)
+        seen.add(root)
+        stack = [(root, iter(_children(root) if fast else operands(root)))]
+        while stack:
+            node, pending = stack[-1]
+            for child in pending:
+                if child not in seen:
+                    seen.add(child)
+                    children = _children(child) if fast else operands(child)
+                    stack.append((child, iter(children)))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
     return order
+
+
+def _children(node: Expr) -> tuple[Expr, ...]:
+    """`all_operands`, with the two common node classes answered inline (walks are hot)."""
+    kind = type(node)
+    if kind is Call:
+        return node.args
+    if kind is Var or kind is Constant:
+        return ()
+    return all_operands(node)
 
 
 def users(nodes: list[Expr]) -> dict[Expr, list[Expr]]:
@@ -131,8 +152,11 @@ class Rebuilder:
         return memo[root]
 
     def _copy(self, node: Expr, memo: dict[Expr, Expr], ctx: TypeInferContext) -> Expr:
-        if isinstance(node, Var | Constant):
+        kind = type(node)
+        if kind is Var or kind is Constant:
             return node
+        if kind is Call and not isinstance(node.target, Function):
+            return self.on_call(node, tuple(map(memo.__getitem__, node.args)), ctx)
         if isinstance(node, Tuple):
             elements = tuple(memo[e] for e in node.elements)
             if _same(elements, node.elements):
@@ -154,25 +178,46 @@ class Rebuilder:
             if isinstance(target, Function):
                 target = self.function(target)
                 if target is not node.target:
-                    return _typed(Call(target, args, metadata=node.metadata), ctx)
+                    return typed_node(Call(target, args, metadata=node.metadata), ctx)
             return self.on_call(node, args, ctx)
         else:
             return node
-        return _typed(new, ctx)
+        return typed_node(new, ctx)
 
 
 def _same(new: tuple[Expr, ...], old: tuple[Expr, ...]) -> bool:
-    return all(a is b for a, b in zip(new, old, strict=True))
+    return len(new) == len(old) and all(map(is_, new, old))
 
 
-def _typed(node: Expr, ctx: TypeInferContext) -> Expr:
+def typed_node(node: Expr, ctx: TypeInferContext) -> Expr:
+    """Type a new node. Its operands are typed already (verified input, or new and typed here):
+    their stamped types are their rules', so typing stops at them instead of re-typing the
+    unchanged graph below."""
+    for operand in all_operands(node):
+        if operand.type is not None:
+            ctx.assume(operand, operand.type)
     ctx.infer(node)
     return node
 
 
 def copy_call(call: Call, args: tuple[Expr, ...], ctx: TypeInferContext) -> Expr:
-    """The default `on_call`: reuse `call` when its arguments are unchanged, else re-type a copy
-    that keeps the target and every metadata entry (source span, binding name)."""
+    """The default `on_call`: reuse `call` when its arguments are unchanged, else a copy that
+    keeps the target and every metadata entry (source span, binding name). The copy is re-typed
+    only when an operand's type changed: an op rule is a function of the op and its operand
+    types (and of literal operands, which a same-type copy keeps), so otherwise the copy's type
+    is `call`'s. The verifier after the pass re-derives it either way."""
     if _same(args, call.args):
         return call
-    return _typed(Call(call.target, args, metadata=call.metadata), ctx)
+    if same_operand_types(args, call.args):
+        return Call(call.target, args, call.type, metadata=call.metadata)
+    return typed_node(Call(call.target, args, metadata=call.metadata), ctx)
+
+
+def same_operand_types(new: tuple[Expr, ...], old: tuple[Expr, ...]) -> bool:
+    """Each new operand is the old one, or a non-literal of the same type (the old one typed)."""
+    for a, b in zip(new, old, strict=True):
+        if a is b:
+            continue
+        if b.type is None or a.type != b.type or isinstance(a, Constant) or isinstance(b, Constant):
+            return False
+    return True

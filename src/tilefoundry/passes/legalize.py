@@ -26,7 +26,7 @@ from tilefoundry.errors import InternalCompilerError
 from tilefoundry.ir.core import Call, Constant, Expr, SourceSpan, get_metadata
 from tilefoundry.ir.types import DType, StorageKind, TensorType
 from tilefoundry.passes.fusion_rules import fusion_kind, is_inlined_literal
-from tilefoundry.passes.graph import Rebuilder, copy_call
+from tilefoundry.passes.graph import Rebuilder, copy_call, typed_node
 from tilefoundry.visitor_registry import (
     ACCESS_RELATION,
     FusionKind,
@@ -69,17 +69,40 @@ def adopted_literals(call: Call) -> dict[int, DType]:
     }
 
 
-def _legalize_call(call: Call, args: tuple[Expr, ...], ctx: TypeInferContext) -> Expr:
-    literals = adopted_literals(call)
-    broadcasts = implicitly_broadcast(call)
+Plan = tuple[dict[int, DType], tuple[int, ...]]
+
+
+def _plan(call: Call, plans: dict[tuple, Plan]) -> Plan:
+    """`adopted_literals` and `implicitly_broadcast` of `call`, read once per signature in one
+    run (`plans`): both read only the op, the operands' types and which operands are literals,
+    and the result type, and every layer of a model repeats the same few."""
+    if fusion_kind(call) != FusionKind.ELEMENTWISE:
+        return {}, ()
+    key = (
+        call.target,
+        tuple((a.type, is_inlined_literal(a)) for a in call.args),
+        call.type,
+    )
+    try:
+        plan = plans.get(key)
+    except TypeError:  # an unhashable attribute or type: no memo
+        return adopted_literals(call), implicitly_broadcast(call)
+    if plan is None:
+        plan = plans[key] = (adopted_literals(call), implicitly_broadcast(call))
+    return plan
+
+
+def _legalize_call(
+    call: Call, args: tuple[Expr, ...], ctx: TypeInferContext, plans: dict[tuple, Plan]
+) -> Expr:
+    literals, broadcasts = _plan(call, plans)
     if not literals and not broadcasts:
         return copy_call(call, args, ctx)
     new_args = list(args)
     for i, dtype in literals.items():
         literal = args[i]
         typed = TensorType((), dtype, storage=StorageKind.UMAT)
-        new_args[i] = Constant(literal.value, typed, metadata=literal.metadata)
-        ctx.infer(new_args[i])
+        new_args[i] = typed_node(Constant(literal.value, typed, metadata=literal.metadata), ctx)
     span = get_metadata(call, SourceSpan)
     for i in broadcasts:
         widened = Call(
@@ -87,10 +110,9 @@ def _legalize_call(call: Call, args: tuple[Expr, ...], ctx: TypeInferContext) ->
             (new_args[i],),
             metadata=() if span is None else (span,),
         )
-        ctx.infer(widened)
-        new_args[i] = widened
-    new = Call(call.target, tuple(new_args), metadata=call.metadata)
-    if ctx.infer(new) != call.type:
+        new_args[i] = typed_node(widened, ctx)
+    new = typed_node(Call(call.target, tuple(new_args), metadata=call.metadata), ctx)
+    if new.type != call.type:
         raise InternalCompilerError(
             f"legalize: making {type(call.target).__name__}'s operands explicit changed its type "
             f"from {call.type} to {new.type}"
@@ -100,7 +122,10 @@ def _legalize_call(call: Call, args: tuple[Expr, ...], ctx: TypeInferContext) ->
 
 def legalize(obj: Any) -> Any:
     """The Function or Module with every implicit broadcast and scalar adoption made explicit."""
-    return Rebuilder(_legalize_call).module_or_function(obj)
+    plans: dict[tuple, Plan] = {}
+    return Rebuilder(
+        lambda call, args, ctx: _legalize_call(call, args, ctx, plans)
+    ).module_or_function(obj)
 
 
 def explicit_broadcast(shape: tuple) -> Any:

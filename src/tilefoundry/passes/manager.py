@@ -2,9 +2,11 @@
 
 Every pass's output is verified before the next pass (or an exit) sees it, so no pass output
 reaches an exit unverified. Verification is incremental: nodes a pass kept from its already
-verified input (same object, same tier) are not re-checked, only what it created is, plus the
-whole-body checks. TILEFOUNDRY_DEBUG_PASSES=1 (or `debug=True`) turns that off and re-checks every
-node after every pass.
+verified input (same object, same tier) are not re-checked, and a new node whose signature (op,
+operand types and literals, stamped type: all its per-node checks read) already passed at the
+tier in this run is not re-checked either; everything else is, plus the whole-body checks.
+TILEFOUNDRY_DEBUG_PASSES=1 (or `debug=True`) turns that off and re-checks every node after every
+pass.
 
 The IR a pass receives is verified first, so a failure there is the user's program (a plain
 VerifyError); the IR a pass returns is verified at the pass's output tier, so a failure there is
@@ -60,7 +62,8 @@ class PassManager:
         self.input_tier = input_tier
         self.debug = debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
         self.verified: dict[str, set[Expr]] = {}
-        """tier -> nodes already verified at it in this run (unused in debug mode)."""
+        """tier -> nodes (and node signatures) already verified at it in this run (unused in
+        debug mode)."""
 
     def run(self, ir: Any) -> Any:
         self._verify(ir, self.input_tier, "the input")
@@ -119,13 +122,15 @@ def require_static_signatures(ir: Any) -> None:
 def _refuse_zero_sizes(fn: Any) -> None:
     values = [(f"parameter '{p.name}'", p.type, p) for p in fn.params]
     values.append(("the return type", fn.return_type, fn))
-    if isinstance(fn.body, Expr):
-        values += [(describe(n), n.type, n) for n in iter_nodes(fn.body) if n not in fn.params]
+    if isinstance(fn.body, Expr):  # described only when refused: a name per node costs
+        params = set(fn.params)
+        values += [(None, n.type, n) for n in iter_nodes(fn.body) if n not in params]
     for what, type_, node in values:
         if not isinstance(type_, TensorType | TupleType):
             continue
         for tensor in tensor_fields(type_):
             if any(isinstance(d, int) and d <= 0 for d in tensor.shape):
+                what = describe(node) if what is None else what
                 raise VerifyError(
                     f"compile: Function {fn.name}: {what} has the zero-size type {tensor}; the "
                     "tensor tier (legalize, fusion) needs extents >= 1, so drop the "

@@ -26,14 +26,17 @@ from tilefoundry.visitor_registry import FusionKind, describe
 Fail = Callable[[Expr, str], NoReturn]
 
 
-def check_region(call: Call, fail: Fail) -> None:
-    """Reject a region Call whose body breaks a fusion invariant; `fail(node, message)` raises."""
+def check_region(call: Call, fail: Fail, walk: list[Expr] | None = None) -> None:
+    """Reject a region Call whose body breaks a fusion invariant; `fail(node, message)` raises.
+    `walk` is `post_order(region.outputs)` when the caller has it already."""
     region: FusionRegion = call.target
     listed = set(region.body)
     for output in region.outputs:
         if output not in listed:
             fail(call, f"FusionRegion: output {describe(output)} is not a value of the body")
-    nodes = [n for n in post_order(region.outputs) if not isinstance(n, Var)]
+    if walk is None:
+        walk = post_order(region.outputs)
+    nodes = [n for n in walk if not isinstance(n, Var)]
     in_region = users(nodes)
     roots = []
     for node in nodes:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from tilefoundry.errors import VerifyError
-from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Var, source_span
+from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
 from tilefoundry.ir.hir.signature import type_mismatch
 from tilefoundry.ir.hir.walk import all_operands, callees_first
@@ -38,13 +38,15 @@ def fail(node: Any, message: str) -> NoReturn:
     raise err
 
 
-def verify(obj: Any, *, tier: str = "hir", trusted: set[Expr] | None = None) -> Any:
+def verify(obj: Any, *, tier: str = "hir", trusted: set[Any] | None = None) -> Any:
     """Check a Function or Module; returns it unchanged so calls can be chained.
 
-    `trusted`, when given, is the set of nodes already verified at this `tier` (by an earlier
-    call that was handed the same set): their per-node checks and type re-derivation are skipped
-    and every node verified now is added to it. A node is immutable and its operands are part of
-    it, so a node shared between a pass's input and its output is as valid as it was; what a pass
+    `trusted`, when given, is the set of nodes (and node signatures) already verified at this
+    `tier` by an earlier call that was handed the same set: their per-node checks and type
+    re-derivation are skipped and every node verified now is added to it. A node is immutable
+    and its operands are part of it, so a node shared between a pass's input and its output is
+    as valid as it was; a new node whose `signature` passed before passes again (a decoder's
+    repeated layers, a pass's copy of a node whose operands were rebuilt); anything else a pass
     created is checked in full, and the whole-body checks (scoping, region ownership, the return
     type) always run. This is what makes "verify after every pass" cost little."""
     if tier not in TIERS:
@@ -61,11 +63,13 @@ def verify(obj: Any, *, tier: str = "hir", trusted: set[Expr] | None = None) -> 
 
 
 class _Verifier:
-    def __init__(self, tier: str, trusted: set[Expr] | None = None):
+    def __init__(self, tier: str, trusted: set[Any] | None = None):
         self.tier = tier
         self.done: set[Function] = set()
-        self.trusted: set[Expr] = set() if trusted is None else trusted
+        self.trusted: set[Any] = set() if trusted is None else trusted
         self.remember = trusted is not None
+        self.walks: dict[FusionRegion | None, list[Expr]] = {}
+        """The post-order of the body being checked (key None) and of each region's outputs."""
 
     def function(self, fn: Function) -> None:
         """Check `fn` and every Function it calls, callees first (a chain of nested calls costs
@@ -89,14 +93,34 @@ class _Verifier:
         nodes = self.ownership(fn)
         self.check_scopes(fn, nodes)
         fresh = [n for n in nodes if n not in self.trusted]
-        for node in fresh:
+        unchecked, signatures = self.unchecked(fresh)
+        for node in unchecked:
             self.node(node)
-        self.rederive(fresh)
+        self.rederive(unchecked, nodes)
+        if self.remember:
+            self.trusted.update(signatures)
         reason = type_mismatch(fn.return_type, fn.body.type)
         if reason is not None:
             fail(fn.body, f"{where}: the returned value does not match the return type: {reason}")
         if self.remember:
             self.trusted.update(fresh)
+
+    def unchecked(self, fresh: list[Expr]) -> tuple[list[Expr], set[Signature]]:
+        """The nodes of `fresh` whose per-node checks must run, and the signatures to remember
+        once they pass. Without a trusted set (a plain `verify`, or debug mode) that is all of
+        them; with one, a node whose signature passed before is skipped (see `signature`)."""
+        if not self.remember:
+            return fresh, set()
+        unchecked: list[Expr] = []
+        signatures: set[Signature] = set()
+        for node in fresh:
+            key = signature(node)
+            if key is None:
+                unchecked.append(node)
+            elif key not in self.trusted and key not in signatures:
+                unchecked.append(node)  # the first of its signature stands for the others
+                signatures.add(key)
+        return unchecked, signatures
 
     # ---- structure: who owns each node, and which Vars are in scope -----------------------------
 
@@ -106,9 +130,11 @@ class _Verifier:
         owner: dict[Expr, FusionRegion | None] = {}
         order: list[Expr] = []
         pending: list[tuple[tuple[Expr, ...], FusionRegion | None]] = [((fn.body,), None)]
+        self.walks = {}
         while pending:
             roots, region = pending.pop(0)
-            for node in post_order(roots):
+            walk = self.walks[region] = post_order(roots)
+            for node in walk:
                 if isinstance(node, Var | Constant):
                     order.append(node)
                     continue
@@ -144,7 +170,7 @@ class _Verifier:
             if isinstance(node, GridRegionExpr)
             for var in (node.induction_var, *node.carried_args)
         }
-        for var in _FreeVars(fn.params).of(fn.body):
+        for var in _FreeVars(fn.params).of(fn.body, self.walks[None]):
             user = next(n for n in nodes if var in all_operands(n))
             if var in loop_vars:
                 fail(
@@ -160,7 +186,7 @@ class _Verifier:
         for node in nodes:
             if isinstance(node, Call) and isinstance(node.target, FusionRegion):
                 region = node.target
-                stray = _FreeVars(region.inputs).of_all(region.outputs)
+                stray = _FreeVars(region.inputs).of_all(region.outputs, self.walks[region])
                 if stray:
                     names = ", ".join(sorted(v.name for v in stray))
                     fail(node, f"FusionRegion: the body reads Var(s) {names}, not region inputs")
@@ -200,7 +226,7 @@ class _Verifier:
                     fail(call, f"{what}: call signature mismatch at parameter '{param.name}': "
                          f"{reason}")  # fmt: skip
         if isinstance(target, FusionRegion):
-            check_region(call, fail)
+            check_region(call, fail, self.walks.get(target))
         if self.tier == "tensor" and isinstance(target, Op):
             self.explicit_only(call, what)
 
@@ -251,12 +277,15 @@ class _Verifier:
 
     # ---- typeinfer re-derivation ---------------------------------------------------------------
 
-    def rederive(self, nodes: list[Expr]) -> None:
+    def rederive(self, nodes: list[Expr], body: list[Expr]) -> None:
+        """Re-run typeinfer on `nodes` and compare with their stamps. Every other node of the
+        `body` is verified already (trusted, or its signature passed), so its stamped type is its
+        rule's: re-derivation stops there, inside region bodies too."""
         ctx = TypeInferContext()
-        for node in nodes:  # a verified operand's stamped type is its rule's: re-derive no deeper
-            for operand in all_operands(node):
-                if operand in self.trusted and operand.type is not None:
-                    ctx.assume(operand, operand.type)
+        checking = set(nodes)
+        for node in body:
+            if node not in checking and node.type is not None:
+                ctx.assume(node, node.type)
         for node in nodes:
             if isinstance(node, Var | Constant):
                 continue
@@ -274,6 +303,64 @@ class _Verifier:
                      f"which gives {derived}")  # fmt: skip
 
 
+def signature(node: Expr) -> Signature | None:
+    """Everything the per-node checks and the type re-derivation of `node` read at one tier, or
+    None when they read more (a Function or region callee, a loop, a literal array).
+
+    Those checks are pure functions of the tier, the node's class, its op (attributes included),
+    its stamped type and, per operand, the operand's stamped type and whether it is a literal (a
+    re-derivation reads operand types only: an operand is checked before its users, so its
+    stamped type is its rule's). Two nodes with one signature pass or fail together, so a
+    decoder's repeated layers, and the copies legalize and fuse make of a node when only its
+    operands' identities changed, are checked once. Only successes are remembered: a failure is
+    raised afresh at its own node."""
+    if isinstance(node, Call):
+        target = node.target
+        if not isinstance(target, Op):
+            return None
+        operands = node.args
+    elif isinstance(node, Var | Constant):
+        if isinstance(node, Constant) and not isinstance(node.value, int | float | bool):
+            return None
+        try:
+            return Signature((type(node), node.type))
+        except TypeError:
+            return None
+    elif isinstance(node, Tuple):
+        target, operands = None, node.elements
+    else:
+        return None
+    parts = []
+    for operand in operands:
+        if isinstance(operand, Constant):
+            if not isinstance(operand.value, int | float | bool):
+                return None
+            parts.append((operand.type, type(operand.value), operand.value))
+        else:
+            parts.append(operand.type)
+    try:
+        return Signature((type(node), target, tuple(parts), node.type))
+    except TypeError:  # an unhashable attribute or type
+        return None
+
+
+class Signature:
+    """A node signature with its hash computed once: it is looked up and stored several times,
+    and a tuple of types and an op re-hashes every element each time."""
+
+    __slots__ = ("hash", "key")
+
+    def __init__(self, key: tuple) -> None:
+        self.hash = hash(key)
+        self.key = key
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Signature and other.hash == self.hash and other.key == self.key
+
+
 _NONE: frozenset[Var] = frozenset()
 
 
@@ -287,20 +374,25 @@ class _FreeVars:
         self.bound = frozenset(bound)
         self.memo: dict[Expr, frozenset[Var]] = {}
 
-    def of(self, root: Expr) -> frozenset[Var]:
-        for node in post_order((root,)):
-            if node in self.memo:
+    def of(self, root: Expr, walk: list[Expr] | None = None) -> frozenset[Var]:
+        """`walk`, when given, is `post_order((root,))` (or a post-order holding it) already
+        computed by the caller."""
+        memo = self.memo
+        for node in post_order((root,)) if walk is None else walk:
+            if node in memo:
                 continue
-            own = isinstance(node, Var) and node not in self.bound
-            found = frozenset((node,)) if own else _NONE
-            found = found.union(*(self.memo[c] for c in all_operands(node)))
-            if isinstance(node, GridRegionExpr):
+            if isinstance(node, Var):
+                memo[node] = _NONE if node in self.bound else frozenset((node,))
+                continue
+            inner = [found for c in all_operands(node) if (found := memo[c])]
+            found = _NONE.union(*inner) if inner else _NONE
+            if found and isinstance(node, GridRegionExpr):
                 found -= {node.induction_var, *node.carried_args}
-            self.memo[node] = found
-        return self.memo[root]
+            memo[node] = found
+        return memo[root]
 
-    def of_all(self, roots: tuple[Expr, ...]) -> frozenset[Var]:
-        return frozenset().union(*(self.of(r) for r in roots))
+    def of_all(self, roots: tuple[Expr, ...], walk: list[Expr] | None = None) -> frozenset[Var]:
+        return frozenset().union(*(self.of(r, walk) for r in roots))
 
 
 def _reshaped_operands(call: Call) -> tuple[int, ...]:

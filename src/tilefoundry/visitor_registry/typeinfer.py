@@ -29,7 +29,7 @@ def describe(node: Any) -> str:
 
 
 def _operands(node: Expr) -> tuple[Expr, ...]:
-    if isinstance(node, Call):
+    if type(node) is Call or isinstance(node, Call):
         return node.args
     if isinstance(node, Tuple):
         return node.elements
@@ -60,13 +60,15 @@ class TypeInferContext:
         """The type of `expr`, computed once per context and stamped onto unstamped nodes."""
         if not isinstance(expr, Expr):
             raise VerifyError(f"typeinfer: {expr!r} is not an Expr")
-        cached = self._cache.get(expr)
+        cache = self._cache
+        cached = cache.get(expr)
         if cached is not None:
             return cached
-        try:
-            self._infer_operands_first(expr)
-        except VerifyError as err:
-            raise _located(err, expr) from None
+        if not all(map(cache.__contains__, _operands(expr))):  # the usual case: all typed
+            try:
+                self._infer_operands_first(expr)
+            except VerifyError as err:
+                raise _located(err, expr) from None
         return self._infer_node(expr)
 
     def assume(self, expr: Expr, type_: Type) -> None:
@@ -145,25 +147,25 @@ not memoised (their type is their body's)."""
 _OP_RESULTS_LIMIT = 1 << 16
 
 
-def _op_key(op: Op, arg_types: tuple[Type, ...]) -> tuple | None:
+def _op_key(op: Op, arg_types: tuple[Type, ...]) -> tuple:
     """The memo key; the attribute values' classes are part of it because `1 == 1.0 == True`.
-    None when something in it is not hashable (then the rule simply runs)."""
+    Hashing it raises TypeError when something in it is not hashable (then the rule simply
+    runs)."""
     values = op._values  # the attribute dict Op hashes and compares by
-    key = (op, tuple(type(v) for v in values.values()), arg_types)
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+    return (op, tuple(type(v) for v in values.values()), arg_types)
 
 
 @register_typeinfer(Call)
 def _call(call: Call, ctx: TypeInferContext) -> Type:
-    arg_types = tuple(ctx.infer(a) for a in call.args)
+    cache = ctx._cache  # operands are typed first (`infer`), so this is the usual lookup
+    arg_types = tuple([cache[a] if a in cache else ctx.infer(a) for a in call.args])
     target = call.target
     key = _op_key(target, arg_types) if isinstance(target, Op) else None
     if key is not None:
-        cached = _OP_RESULTS.get(key)
+        try:
+            cached = _OP_RESULTS.get(key)
+        except TypeError:
+            key = cached = None
         if cached is not None:
             return cached
     registry = TYPEINFER if isinstance(target, Op) else CALLEE_TYPEINFER
