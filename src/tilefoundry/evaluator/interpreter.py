@@ -9,6 +9,7 @@ is a chain of frames; a node is memoised in the innermost frame whose loop varia
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -27,17 +28,18 @@ from tilefoundry.evaluator.boundary import (
     read_result,
     shape_of,
 )
-from tilefoundry.evaluator.dtypes import check_dtype, check_type_dtypes
+from tilefoundry.evaluator.dtypes import check_dtype
 from tilefoundry.evaluator.mesh_sim import ShardedCall, as_typed, run_call, touches_mesh
+from tilefoundry.evaluator.op_calls import OpCallSite, checked, expected_of
 from tilefoundry.evaluator.values import scatter
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
-from tilefoundry.ir.hir.footprint import check_memory
+from tilefoundry.ir.hir.footprint import MEMORY_ENV, check_memory
 from tilefoundry.ir.hir.signature import Bindings, bind_dim_vars, check_arguments
 from tilefoundry.ir.hir.walk import block_operands, call_depth
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
 from tilefoundry.ir.types.shard import ShardLayout
-from tilefoundry.visitor_registry import EVAL, TypeInferContext
+from tilefoundry.visitor_registry import TypeInferContext
 
 FRAMES_PER_CALL = 8
 """Python frames one level of nested @func calls takes in the evaluator (with room to spare)."""
@@ -56,6 +58,7 @@ class _Frame:
         self.parent, self.variables, self.bindings = parent, variables, bindings
         self.loop_vars = loop_vars
         self.memo: dict[Expr, Any] = {}
+        self.dying: dict[Expr, int] | None = None  # reads left per node, in a loop-free walk
 
     def lookup(self, var: Var) -> Any:
         frame: _Frame | None = self
@@ -102,6 +105,8 @@ class Interpreter:
     def __init__(self) -> None:
         self._free: dict[Expr, frozenset[Var]] = {}
         self._loop_vars: set[Var] = set()
+        self._reads: dict[Expr, dict[Expr, int] | None] = {}
+        self._sites: dict[Expr, OpCallSite] = {}
 
     @staticmethod
     def ensure_typed(fn: Function) -> None:
@@ -156,21 +161,33 @@ class Interpreter:
         return self._free[root]
 
     def value(self, root: Expr, frame: _Frame) -> Any:
-        remaining = _last_uses(root) if frame.loop_vars is None else None
-        stack = [(root, False)]
-        while stack:
-            node, expanded = stack.pop()
-            owner = frame.owner(self.free_vars(node))
-            if node in owner.memo:
-                continue
-            if not expanded:
-                stack.append((node, True))
-                stack.extend((c, False) for c in block_operands(node))
-                continue
-            owner.memo[node] = self._compute(node, frame)
-            if remaining is not None:
-                _release(node, root, remaining, owner.memo)
+        remaining = self._remaining_reads(root) if frame.loop_vars is None else None
+        outer, frame.dying = frame.dying, remaining
+        try:
+            stack = [(root, False)]
+            while stack:
+                node, expanded = stack.pop()
+                # An activation's own frame memoises every node (loop frames: see `owner`).
+                owner = frame if remaining is not None else frame.owner(self.free_vars(node))
+                if node in owner.memo:
+                    continue
+                if not expanded:
+                    stack.append((node, True))
+                    stack.extend((c, False) for c in block_operands(node))
+                    continue
+                owner.memo[node] = self._compute(node, frame)
+                if remaining is not None:
+                    _release(node, root, remaining, owner.memo)
+        finally:
+            frame.dying = outer
         return frame.owner(self.free_vars(root)).memo[root]
+
+    def _remaining_reads(self, root: Expr) -> dict[Expr, int] | None:
+        """A fresh copy of `_last_uses(root)`, counted once per root."""
+        if root not in self._reads:
+            self._reads[root] = _last_uses(root)
+        counts = self._reads[root]
+        return None if counts is None else dict(counts)
 
     def _ready(self, node: Expr, frame: _Frame) -> Any:
         return frame.owner(self.free_vars(node)).memo[node]
@@ -189,7 +206,7 @@ class Interpreter:
         if isinstance(node, Call):
             if isinstance(node.target, Op):
                 with _located(node):
-                    return self._call_op(node, args, frame.bindings)
+                    return self._call_op(node, args, frame)
             if isinstance(node.target, Function):
                 callee = elaborate(node.target, tuple(a.type for a in node.args))
                 return self.invoke(callee, args)[1]
@@ -241,21 +258,25 @@ class Interpreter:
             carry = tuple(self.value(y, iteration) for y in node.yield_values)
         return carry[0] if len(carry) == 1 else carry
 
-    def _call_op(self, call: Call, args: tuple, bindings: Bindings) -> Any:
-        op = call.target
-        where = type(op).__name__
-        out_type = call.type
-        if out_type is None:
-            raise InternalCompilerError(f"{where}: the call was never typed")
-        check_type_dtypes(out_type, where)
-        if touches_mesh(args, out_type):
+    def _call_op(self, call: Call, args: tuple, frame: _Frame) -> Any:
+        site = self._sites.get(call)
+        if site is None:
+            site = self._sites[call] = OpCallSite(call)
+        out_type, where = site.out_type, site.where
+        on_mesh = not site.replicated or (
+            not all(type(a) is np.ndarray for a in args) and touches_mesh(args, out_type)
+        )
+        if on_mesh:
             fields = out_type.fields if isinstance(out_type, TupleType) else (out_type,)
-            shapes = [concrete_shape(f, bindings, where) for f in fields]
+            shapes = [concrete_shape(f, frame.bindings, where) for f in fields]
             arg_types = tuple(a.type for a in call.args)
-            return run_call(ShardedCall(op, args, arg_types, out_type, shapes))
-        concrete = concrete_type(out_type, bindings, where)
-        result = EVAL.lookup(type(op))(op, args, concrete)
-        return _checked(result, concrete, where)
+            return run_call(ShardedCall(site.op, args, arg_types, out_type, shapes))
+        if site.static:
+            concrete, expected = out_type, site.expected
+        else:
+            concrete = concrete_type(out_type, frame.bindings, where)
+            expected = expected_of(concrete)
+        return checked(site.run(call, args, concrete, frame.dying), expected, concrete, where)
 
 
 def _last_uses(root: Expr) -> dict[Expr, int] | None:
@@ -311,41 +332,22 @@ class _located:
         raise located.with_traceback(traceback) from err.__cause__
 
 
-def _checked(result: Any, type_: Type, where: str) -> Any:
-    """A kernel's result, held to its declared shape and dtype (a mismatch is a kernel bug)."""
-    if isinstance(type_, TupleType):
-        if not isinstance(result, tuple) or len(result) != len(type_.fields):
-            raise InternalCompilerError(
-                f"{where}: the kernel returned {type(result).__name__}, expected a "
-                f"{len(type_.fields)}-tuple for {type_}"
-            )
-        return tuple(_checked(r, t, where) for r, t in zip(result, type_.fields, strict=True))
-    array = np.asarray(result)
-    expected = np.dtype(type_.dtype.to_numpy())
-    if array.shape != tuple(type_.shape) or array.dtype != expected:
-        raise InternalCompilerError(
-            f"{where}: the kernel returned {array.dtype}{list(array.shape)}, but the call is "
-            f"typed {type_}"
-        )
-    return array
-
-
 def evaluate(fn: Function, *arrays: Any, complete_partials: bool = False) -> Any:
     """Run `fn` on global arrays (DESIGN §3): one per parameter, sharded ones scattered over
     their mesh, results gathered back; a Partial result is completed only on request."""
     if not isinstance(fn, Function):
         raise EvalError(f"evaluate: expected a hir Function, got {type(fn).__name__}")
-    interpreter = Interpreter()
-    interpreter.ensure_typed(fn)
+    prepared = _prepared(fn)
+    interpreter = prepared.interpreter
     checked, bindings = check_arguments(fn.name, fn.params, arrays, "evaluate", check_dtype)
-    check_memory(fn, bindings, "evaluate")
+    prepared.check_memory(bindings)
     pairs = enumerate(zip(fn.params, checked, strict=True))
     placed = [place_input(fn.name, param, array, i) for i, (param, array) in pairs]
     # A call evaluates its callee's body in a nested activation, a few Python frames per level
     # of nesting; those frames are inlined by CPython (no C stack), so the limit is raised to
     # what the program's call depth needs (expressions themselves are walked iteratively).
     previous = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(previous, previous + FRAMES_PER_CALL * call_depth(fn)))
+    sys.setrecursionlimit(max(previous, previous + FRAMES_PER_CALL * prepared.depth))
     try:
         body_fn, result = interpreter.invoke(fn, placed)
     finally:
@@ -357,3 +359,37 @@ def evaluate(fn: Function, *arrays: Any, complete_partials: bool = False) -> Any
         complete_partials=complete_partials,
         borrowed=list(checked),
     )
+
+
+class _Prepared:
+    """What `evaluate` works out once per Function, not once per call: the function typed, an
+    Interpreter whose caches (loop-variable sets, read counts, call sites: facts of the immutable
+    IR) persist, its call depth, and the bindings whose memory check passed under the current
+    memory limit setting."""
+
+    def __init__(self, fn: Function):
+        Interpreter.ensure_typed(fn)
+        self.fn = fn
+        self.interpreter = Interpreter()
+        self.depth = call_depth(fn)
+        self._fits: set[tuple] = set()
+
+    def check_memory(self, bindings: Bindings) -> None:
+        key = (tuple(bindings.items()), os.environ.get(MEMORY_ENV))
+        if key not in self._fits:
+            check_memory(self.fn, bindings, "evaluate")
+            self._fits.add(key)
+
+
+_PREPARED: dict[int, _Prepared] = {}
+
+
+def _prepared(fn: Function) -> _Prepared:
+    """`fn`'s `_Prepared`, kept per process (the entry holds `fn`, so its id is not reused)."""
+    prepared = _PREPARED.get(id(fn))
+    if prepared is None or prepared.fn is not fn:
+        prepared = _Prepared(fn)
+        if len(_PREPARED) >= _TYPED_LIMIT:
+            _PREPARED.clear()
+        _PREPARED[id(fn)] = prepared
+    return prepared
