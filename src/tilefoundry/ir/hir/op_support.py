@@ -168,11 +168,20 @@ def numpy_dtype(dtype: DType) -> np.dtype:
 def compute_in_f32(fn: Callable[..., np.ndarray], out_dtype: DType, *arrays: np.ndarray):
     """Run `fn` on float operands widened to f32 when narrower (numpy/ml_dtypes lack most narrow
     kernels and promote inconsistently), then round once to the result dtype."""
-    widened = [
-        a.astype(np.float32) if a.dtype.kind not in "biu" and a.dtype.itemsize < 4 else a
-        for a in arrays
-    ]
+    widened = [a.astype(np.float32) if _narrow(a.dtype) else a for a in arrays]
     return np.asarray(fn(*widened)).astype(numpy_dtype(out_dtype), copy=False)
+
+
+def _narrow(dtype: np.dtype) -> bool:
+    return dtype.kind not in "biu" and dtype.itemsize < 4
+
+
+def computes_into(out: np.ndarray, *arrays: np.ndarray) -> bool:
+    """Whether a kernel run through `compute_in_f32` on `arrays` may write straight into `out`
+    (an EVAL_INTO rule): every operand and `out` share one float dtype of f32 or wider, so nothing
+    is widened and the final rounding is the identity."""
+    dtype = out.dtype
+    return dtype.kind == "f" and not _narrow(dtype) and all(a.dtype == dtype for a in arrays)
 
 
 def is_narrow_float(dtype: DType) -> bool:
