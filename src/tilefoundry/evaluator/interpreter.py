@@ -29,6 +29,7 @@ from tilefoundry.evaluator.boundary import (
     shape_of,
 )
 from tilefoundry.evaluator.dtypes import check_dtype
+from tilefoundry.evaluator.layouts import has_physical_layout
 from tilefoundry.evaluator.mesh_sim import ShardedCall, as_typed, run_call, touches_mesh
 from tilefoundry.evaluator.op_calls import OpCallSite, checked, expected_of
 from tilefoundry.evaluator.values import scatter
@@ -190,6 +191,8 @@ class Interpreter:
         return None if counts is None else dict(counts)
 
     def _ready(self, node: Expr, frame: _Frame) -> Any:
+        if frame.loop_vars is None:  # an activation's own frame memoises every node
+            return frame.memo[node]
         return frame.owner(self.free_vars(node)).memo[node]
 
     def _compute(self, node: Expr, frame: _Frame) -> Any:
@@ -319,8 +322,10 @@ class _located:
         return None
 
     def __exit__(self, kind, err, traceback) -> bool:
+        if err is None:
+            return False
         span = source_span(self.node)
-        if err is None or span is None or getattr(err, "located", False):
+        if span is None or getattr(err, "located", False):
             return False
         if isinstance(err, VerifyError):
             located = err.with_location(span)
@@ -339,10 +344,12 @@ def evaluate(fn: Function, *arrays: Any, complete_partials: bool = False) -> Any
         raise EvalError(f"evaluate: expected a hir Function, got {type(fn).__name__}")
     prepared = _prepared(fn)
     interpreter = prepared.interpreter
-    checked, bindings = check_arguments(fn.name, fn.params, arrays, "evaluate", check_dtype)
+    checked, bindings = prepared.check_arguments(arrays)
     prepared.check_memory(bindings)
-    pairs = enumerate(zip(fn.params, checked, strict=True))
-    placed = [place_input(fn.name, param, array, i) for i, (param, array) in pairs]
+    placed = checked
+    if prepared.places:
+        pairs = enumerate(zip(fn.params, checked, strict=True))
+        placed = [place_input(fn.name, param, array, i) for i, (param, array) in pairs]
     # A call evaluates its callee's body in a nested activation, a few Python frames per level
     # of nesting; those frames are inlined by CPython (no C stack), so the limit is raised to
     # what the program's call depth needs (expressions themselves are walked iteratively).
@@ -373,12 +380,48 @@ class _Prepared:
         self.interpreter = Interpreter()
         self.depth = call_depth(fn)
         self._fits: set[tuple] = set()
+        self._signature = _static_signature(fn)
+        self.places = any(
+            isinstance(p.type, TensorType)
+            and (isinstance(p.type.layout, ShardLayout) or has_physical_layout(p.type))
+            for p in fn.params
+        )
+
+    def check_arguments(self, arrays: tuple) -> tuple[tuple[np.ndarray, ...], Bindings]:
+        """`check_arguments`' result. When every parameter has a static shape, arrays that are
+        already ndarrays of exactly the parameters' shapes and dtypes are what it would return
+        (with no DimVar to bind); anything else takes the general check and its messages."""
+        signature = self._signature
+        if signature is not None and len(arrays) == len(signature):
+            for array, (shape, dtype) in zip(arrays, signature, strict=True):
+                if type(array) is not np.ndarray or array.shape != shape or array.dtype != dtype:
+                    break
+            else:
+                return arrays, {}
+        fn = self.fn
+        return check_arguments(fn.name, fn.params, arrays, "evaluate", check_dtype)
 
     def check_memory(self, bindings: Bindings) -> None:
         key = (tuple(bindings.items()), os.environ.get(MEMORY_ENV))
         if key not in self._fits:
             check_memory(self.fn, bindings, "evaluate")
             self._fits.add(key)
+
+
+def _static_signature(fn: Function) -> tuple[tuple[tuple[int, ...], np.dtype], ...] | None:
+    """(shape, numpy dtype) per parameter, or None when some parameter is not a tensor of
+    static shape with a supported dtype (the general check then says what is wrong)."""
+    signature = []
+    for param in fn.params:
+        type_ = param.type
+        if not isinstance(type_, TensorType) or not all(isinstance(d, int) for d in type_.shape):
+            return None
+        try:
+            dtype = check_dtype(type_.dtype, "evaluate")
+        except UnsupportedError:
+            return None
+        signature.append((tuple(type_.shape), dtype))
+    return tuple(signature)
 
 
 _PREPARED: dict[int, _Prepared] = {}
