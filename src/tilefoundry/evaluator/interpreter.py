@@ -126,7 +126,7 @@ class Interpreter:
                 f"Function {fn.name}: expected {len(fn.params)} argument(s) "
                 f"({', '.join(p.name for p in fn.params)}), got {len(values)}"
             )
-        bindings = bind_dim_vars(fn.name, fn.params, [shape_of(v) for v in values])
+        bindings = _bind(fn, values)
         if fn.is_dispatch_base:
             fn = select_variant(fn, bindings={var.name: n for var, n in bindings.items()})
         self.ensure_typed(fn)
@@ -406,6 +406,33 @@ class _Prepared:
         if key not in self._fits:
             check_memory(self.fn, bindings, "evaluate")
             self._fits.add(key)
+
+
+_STATIC_SHAPES: dict[int, tuple[Function, tuple[tuple[int, ...], ...] | None]] = {}
+
+
+def _bind(fn: Function, values: Sequence[Any]) -> Bindings:
+    """`bind_dim_vars` on the values' shapes. A function whose parameters all have static
+    shapes binds nothing, so arrays of exactly those shapes need no check (any other value
+    takes the general one, and its messages)."""
+    entry = _STATIC_SHAPES.get(id(fn))
+    if entry is None or entry[0] is not fn:
+        shapes = tuple(
+            tuple(p.type.shape)
+            if isinstance(p.type, TensorType) and all(isinstance(d, int) for d in p.type.shape)
+            else None
+            for p in fn.params
+        )
+        entry = (fn, None if None in shapes else shapes)
+        if len(_STATIC_SHAPES) >= _TYPED_LIMIT:
+            _STATIC_SHAPES.clear()
+        _STATIC_SHAPES[id(fn)] = entry
+    shapes = entry[1]
+    if shapes is not None and all(
+        type(v) is np.ndarray and v.shape == shape for v, shape in zip(values, shapes, strict=True)
+    ):
+        return {}
+    return bind_dim_vars(fn.name, fn.params, [shape_of(v) for v in values])
 
 
 def _static_signature(fn: Function) -> tuple[tuple[tuple[int, ...], np.dtype], ...] | None:
