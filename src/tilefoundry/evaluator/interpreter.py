@@ -9,6 +9,7 @@ is a chain of frames; a node is memoised in the innermost frame whose loop varia
 
 from __future__ import annotations
 
+import enum
 import os
 import sys
 from collections.abc import Sequence
@@ -108,6 +109,7 @@ class Interpreter:
         self._loop_vars: set[Var] = set()
         self._reads: dict[Expr, dict[Expr, int] | None] = {}
         self._sites: dict[Expr, OpCallSite] = {}
+        self._plans: dict[Expr, list[_Step] | None] = {}
 
     @staticmethod
     def ensure_typed(fn: Function) -> None:
@@ -162,6 +164,12 @@ class Interpreter:
         return self._free[root]
 
     def value(self, root: Expr, frame: _Frame) -> Any:
+        if frame.loop_vars is None and not frame.memo:
+            if root not in self._plans:
+                self._plans[root] = _straight_line(root)
+            plan = self._plans[root]
+            if plan is not None:
+                return self._run(plan, frame)
         remaining = self._remaining_reads(root) if frame.loop_vars is None else None
         outer, frame.dying = frame.dying, remaining
         try:
@@ -182,6 +190,27 @@ class Interpreter:
         finally:
             frame.dying = outer
         return frame.owner(self.free_vars(root)).memo[root]
+
+    def _run(self, plan: list[_Step], frame: _Frame) -> Any:
+        """A straight-line body (see `_straight_line`) in the walk's own order, with its
+        releases and last reads worked out in advance: what the walk does, minus the walking."""
+        memo = frame.memo
+        for step in plan:
+            node = step.node
+            if step.kind is _Kind.CALL:
+                with _located(node):
+                    memo[node] = self._call_op(
+                        node, tuple(memo[c] for c in step.operands), frame, step.dying
+                    )
+            elif step.kind is _Kind.VAR:
+                memo[node] = frame.lookup(node)
+            elif step.kind is _Kind.CONSTANT:
+                memo[node] = self._constant(node)
+            else:
+                memo[node] = tuple(memo[c] for c in step.operands)
+            for done in step.releases:
+                del memo[done]
+        return memo[plan[-1].node]
 
     def _remaining_reads(self, root: Expr) -> dict[Expr, int] | None:
         """A fresh copy of `_last_uses(root)`, counted once per root."""
@@ -209,7 +238,7 @@ class Interpreter:
         if isinstance(node, Call):
             if isinstance(node.target, Op):
                 with _located(node):
-                    return self._call_op(node, args, frame)
+                    return self._call_op(node, args, frame, frame.dying)
             if isinstance(node.target, Function):
                 callee = elaborate(node.target, tuple(a.type for a in node.args))
                 return self.invoke(callee, args)[1]
@@ -261,7 +290,10 @@ class Interpreter:
             carry = tuple(self.value(y, iteration) for y in node.yield_values)
         return carry[0] if len(carry) == 1 else carry
 
-    def _call_op(self, call: Call, args: tuple, frame: _Frame) -> Any:
+    def _call_op(
+        self, call: Call, args: tuple, frame: _Frame, dying: dict[Expr, int] | None
+    ) -> Any:
+        """`call`'s op on `args`; `dying` maps a node to 1 when this call is its last read."""
         site = self._sites.get(call)
         if site is None:
             site = self._sites[call] = OpCallSite(call)
@@ -279,7 +311,65 @@ class Interpreter:
         else:
             concrete = concrete_type(out_type, frame.bindings, where)
             expected = expected_of(concrete)
-        return checked(site.run(call, args, concrete, frame.dying), expected, concrete, where)
+        return checked(site.run(call, args, concrete, dying), expected, concrete, where)
+
+
+class _Kind(enum.Enum):
+    VAR = "var"
+    CONSTANT = "constant"
+    TUPLE = "tuple"
+    CALL = "call"
+
+
+class _Step:
+    """One node of a straight-line plan: what it is, the operands it reads, the operands this
+    is the last read of (`dying`, as `_call_op` takes it) and the ones dropped after it."""
+
+    __slots__ = ("dying", "kind", "node", "operands", "releases")
+
+    def __init__(self, node: Expr, kind: _Kind, operands: tuple[Expr, ...]):
+        self.node, self.kind, self.operands = node, kind, operands
+        self.dying: dict[Expr, int] = {}
+        self.releases: list[Expr] = []
+
+
+def _straight_line(root: Expr) -> list[_Step] | None:
+    """The nodes under `root` in the order `Interpreter.value`'s walk computes them, when they
+    are only Vars, Constants, Tuples and Op calls (no loop, region or Function call, whose
+    activations the walk handles); None otherwise."""
+    order: list[_Step] = []
+    seen: set[Expr] = set()
+    stack = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if node in seen:
+            continue
+        if not expanded:
+            stack.append((node, True))
+            stack.extend((c, False) for c in block_operands(node))
+            continue
+        seen.add(node)
+        if isinstance(node, Call) and isinstance(node.target, Op):
+            kind = _Kind.CALL
+        elif isinstance(node, Var):
+            kind = _Kind.VAR
+        elif isinstance(node, Constant):
+            kind = _Kind.CONSTANT
+        elif isinstance(node, Tuple):
+            kind = _Kind.TUPLE
+        else:
+            return None
+        order.append(_Step(node, kind, block_operands(node)))
+    remaining = _last_uses(root)
+    if remaining is None:  # unreachable: a loop under root returned None above
+        return None
+    for step in order:
+        step.dying = {c: 1 for c in step.operands if remaining[c] == 1}
+        for operand in step.operands:
+            remaining[operand] -= 1
+            if remaining[operand] == 0 and operand is not root:
+                step.releases.append(operand)
+    return order
 
 
 def _last_uses(root: Expr) -> dict[Expr, int] | None:
