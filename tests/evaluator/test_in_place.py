@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tilefoundry.errors import EvalError
 from tilefoundry.evaluator import evaluate
 from tilefoundry.frontend import parse_source
 from tilefoundry.ir.hir.math.binary import Binary
@@ -150,3 +151,25 @@ def test_repeated_evaluations_agree(functions, inputs):
     second = evaluate(functions["chain"], x * 2, y)
     np.testing.assert_array_equal(first, np.exp(x * y + y) - x)
     np.testing.assert_array_equal(second, np.exp(x * 2 * y + y) - x * 2)
+
+
+def test_an_evaluation_error_names_the_line_of_its_call():
+    """Errors: an evaluation-time bad input is an EvalError carrying the source location of the
+    call (common rules); the straight-line plan keeps the walk's location handling."""
+    source = "\n".join(
+        [
+            "from tilefoundry.dsl import tf",
+            "from tilefoundry.frontend import Tensor, func",
+            "",
+            "",
+            "@func",
+            'def divide(x: Tensor[(3,), "i32"], y: Tensor[(3,), "i32"]):',
+            "    z = x + y",
+            "    return tf.floor_div(z, y)",
+            "",
+        ]
+    )
+    fn = parse_source(source, "<divide>")["divide"]
+    x = np.arange(3, dtype=np.int32)
+    with pytest.raises(EvalError, match=r"integer floor_div by zero(.|\n)*<divide>:8"):
+        evaluate(fn, x, np.array([1, 0, 2], np.int32))
