@@ -96,11 +96,14 @@ class OpCallSite:
             )
 
     def kernel(self):
+        """The op's EVAL rule, looked up when it runs: an op run only on a mesh by its
+        SHARDED_EVAL rule may have none, and a missing one fails closed here."""
         return EVAL.lookup(type(self.op))
 
     def run(self, call: Call, args: tuple, concrete: Type, dying: Mapping[Expr, int] | None) -> Any:
-        """The kernel on plain values; `dying` counts the reads of each node still to come in
-        this activation (None: unknown, nothing is reused)."""
+        """The kernel on plain values. `dying` counts, per node, the reads still to come in this
+        activation, this call's included (1: this call is the last); None: unknown, so nothing
+        is written over."""
         if dying is not None:
             for i in self.donors:
                 if dying.get(call.args[i]) == 1 and _exclusive(args, i):
