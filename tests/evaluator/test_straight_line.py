@@ -38,7 +38,7 @@ def test_plan_and_in_place_writes_match_the_plain_walk(seed, monkeypatch):
         fn = _program(seed)
         fast = [evaluate(fn, *args), evaluate(compile(fn)[0], *args)]
         # Fresh Functions (call sites are kept per Function), run with no plan and no EVAL_INTO.
-        monkeypatch.setattr(interpreter_module, "_straight_line", lambda root: None)
+        monkeypatch.setattr(interpreter_module, "straight_line", lambda root: None)
         monkeypatch.setattr(EVAL_INTO, "_rules", {})
         plain_fn = _program(seed)
         plain = [evaluate(plain_fn, *args), evaluate(compile(plain_fn)[0], *args)]

@@ -9,7 +9,6 @@ is a chain of frames; a node is memoised in the innermost frame whose loop varia
 
 from __future__ import annotations
 
-import enum
 import os
 import sys
 from collections.abc import Sequence
@@ -27,17 +26,18 @@ from tilefoundry.errors import (
 from tilefoundry.evaluator.boundary import (
     place_input,
     read_result,
-    shape_of,
 )
 from tilefoundry.evaluator.dtypes import check_dtype
 from tilefoundry.evaluator.layouts import has_physical_layout
 from tilefoundry.evaluator.mesh_sim import ShardedCall, as_typed, run_call, touches_mesh
 from tilefoundry.evaluator.op_calls import OpCallSite, checked, expected_of
+from tilefoundry.evaluator.static_shapes import bind, static_signature
+from tilefoundry.evaluator.straight_line import Step, StepKind, straight_line
 from tilefoundry.evaluator.values import scatter
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
 from tilefoundry.ir.hir.footprint import MEMORY_ENV, check_memory
-from tilefoundry.ir.hir.signature import Bindings, bind_dim_vars, check_arguments
+from tilefoundry.ir.hir.signature import Bindings, check_arguments
 from tilefoundry.ir.hir.walk import block_operands, call_depth
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
 from tilefoundry.ir.types.shard import ShardLayout
@@ -109,7 +109,7 @@ class Interpreter:
         self._loop_vars: set[Var] = set()
         self._reads: dict[Expr, dict[Expr, int] | None] = {}
         self._sites: dict[Expr, OpCallSite] = {}
-        self._plans: dict[Expr, list[_Step] | None] = {}
+        self._plans: dict[Expr, list[Step] | None] = {}
 
     @staticmethod
     def ensure_typed(fn: Function) -> None:
@@ -128,7 +128,7 @@ class Interpreter:
                 f"Function {fn.name}: expected {len(fn.params)} argument(s) "
                 f"({', '.join(p.name for p in fn.params)}), got {len(values)}"
             )
-        bindings = _bind(fn, values)
+        bindings = bind(fn, values)
         if fn.is_dispatch_base:
             fn = select_variant(fn, bindings={var.name: n for var, n in bindings.items()})
         self.ensure_typed(fn)
@@ -166,7 +166,7 @@ class Interpreter:
     def value(self, root: Expr, frame: _Frame) -> Any:
         if frame.loop_vars is None and not frame.memo:
             if root not in self._plans:
-                self._plans[root] = _straight_line(root)
+                self._plans[root] = straight_line(root)
             plan = self._plans[root]
             if plan is not None:
                 return self._run(plan, frame)
@@ -191,20 +191,20 @@ class Interpreter:
             frame.dying = outer
         return frame.owner(self.free_vars(root)).memo[root]
 
-    def _run(self, plan: list[_Step], frame: _Frame) -> Any:
-        """A straight-line body (see `_straight_line`) in the walk's own order, with its
+    def _run(self, plan: list[Step], frame: _Frame) -> Any:
+        """A straight-line body (see `straight_line`) in the walk's own order, with its
         releases and last reads worked out in advance: what the walk does, minus the walking."""
         memo = frame.memo
         for step in plan:
             node = step.node
-            if step.kind is _Kind.CALL:
+            if step.kind is StepKind.CALL:
                 with _located(node):
                     memo[node] = self._call_op(
                         node, tuple(memo[c] for c in step.operands), frame, step.dying
                     )
-            elif step.kind is _Kind.VAR:
+            elif step.kind is StepKind.VAR:
                 memo[node] = frame.lookup(node)
-            elif step.kind is _Kind.CONSTANT:
+            elif step.kind is StepKind.CONSTANT:
                 memo[node] = self._constant(node)
             else:
                 memo[node] = tuple(memo[c] for c in step.operands)
@@ -314,64 +314,6 @@ class Interpreter:
         return checked(site.run(call, args, concrete, dying), expected, concrete, where)
 
 
-class _Kind(enum.Enum):
-    VAR = "var"
-    CONSTANT = "constant"
-    TUPLE = "tuple"
-    CALL = "call"
-
-
-class _Step:
-    """One node of a straight-line plan: what it is, the operands it reads, the operands this
-    is the last read of (`dying`, as `_call_op` takes it) and the ones dropped after it."""
-
-    __slots__ = ("dying", "kind", "node", "operands", "releases")
-
-    def __init__(self, node: Expr, kind: _Kind, operands: tuple[Expr, ...]):
-        self.node, self.kind, self.operands = node, kind, operands
-        self.dying: dict[Expr, int] = {}
-        self.releases: list[Expr] = []
-
-
-def _straight_line(root: Expr) -> list[_Step] | None:
-    """The nodes under `root` in the order `Interpreter.value`'s walk computes them, when they
-    are only Vars, Constants, Tuples and Op calls (no loop, region or Function call, whose
-    activations the walk handles); None otherwise."""
-    order: list[_Step] = []
-    seen: set[Expr] = set()
-    stack = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if node in seen:
-            continue
-        if not expanded:
-            stack.append((node, True))
-            stack.extend((c, False) for c in block_operands(node))
-            continue
-        seen.add(node)
-        if isinstance(node, Call) and isinstance(node.target, Op):
-            kind = _Kind.CALL
-        elif isinstance(node, Var):
-            kind = _Kind.VAR
-        elif isinstance(node, Constant):
-            kind = _Kind.CONSTANT
-        elif isinstance(node, Tuple):
-            kind = _Kind.TUPLE
-        else:
-            return None
-        order.append(_Step(node, kind, block_operands(node)))
-    remaining = _last_uses(root)
-    if remaining is None:  # unreachable: a loop under root returned None above
-        return None
-    for step in order:
-        step.dying = {c: 1 for c in step.operands if remaining[c] == 1}
-        for operand in step.operands:
-            remaining[operand] -= 1
-            if remaining[operand] == 0 and operand is not root:
-                step.releases.append(operand)
-    return order
-
-
 def _last_uses(root: Expr) -> dict[Expr, int] | None:
     """How many reads of each node the walk from `root` makes, so an intermediate can be dropped
     after its last read (numpy then reuses its memory instead of faulting in fresh pages); None
@@ -470,7 +412,7 @@ class _Prepared:
         self.interpreter = Interpreter()
         self.depth = call_depth(fn)
         self._fits: set[tuple] = set()
-        self._signature = _static_signature(fn)
+        self._signature = static_signature(fn)
         self.places = any(
             isinstance(p.type, TensorType)
             and (isinstance(p.type.layout, ShardLayout) or has_physical_layout(p.type))
@@ -496,49 +438,6 @@ class _Prepared:
         if key not in self._fits:
             check_memory(self.fn, bindings, "evaluate")
             self._fits.add(key)
-
-
-_STATIC_SHAPES: dict[int, tuple[Function, tuple[tuple[int, ...], ...] | None]] = {}
-
-
-def _bind(fn: Function, values: Sequence[Any]) -> Bindings:
-    """`bind_dim_vars` on the values' shapes. A function whose parameters all have static
-    shapes binds nothing, so arrays of exactly those shapes need no check (any other value
-    takes the general one, and its messages)."""
-    entry = _STATIC_SHAPES.get(id(fn))
-    if entry is None or entry[0] is not fn:
-        shapes = tuple(
-            tuple(p.type.shape)
-            if isinstance(p.type, TensorType) and all(isinstance(d, int) for d in p.type.shape)
-            else None
-            for p in fn.params
-        )
-        entry = (fn, None if None in shapes else shapes)
-        if len(_STATIC_SHAPES) >= _TYPED_LIMIT:
-            _STATIC_SHAPES.clear()
-        _STATIC_SHAPES[id(fn)] = entry
-    shapes = entry[1]
-    if shapes is not None and all(
-        type(v) is np.ndarray and v.shape == shape for v, shape in zip(values, shapes, strict=True)
-    ):
-        return {}
-    return bind_dim_vars(fn.name, fn.params, [shape_of(v) for v in values])
-
-
-def _static_signature(fn: Function) -> tuple[tuple[tuple[int, ...], np.dtype], ...] | None:
-    """(shape, numpy dtype) per parameter, or None when some parameter is not a tensor of
-    static shape with a supported dtype (the general check then says what is wrong)."""
-    signature = []
-    for param in fn.params:
-        type_ = param.type
-        if not isinstance(type_, TensorType) or not all(isinstance(d, int) for d in type_.shape):
-            return None
-        try:
-            dtype = check_dtype(type_.dtype, "evaluate")
-        except UnsupportedError:
-            return None
-        signature.append((tuple(type_.shape), dtype))
-    return tuple(signature)
 
 
 _PREPARED: dict[int, _Prepared] = {}
