@@ -9,6 +9,7 @@ is a chain of frames; a node is memoised in the innermost frame whose loop varia
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -25,19 +26,22 @@ from tilefoundry.errors import (
 from tilefoundry.evaluator.boundary import (
     place_input,
     read_result,
-    shape_of,
 )
-from tilefoundry.evaluator.dtypes import check_dtype, check_type_dtypes
+from tilefoundry.evaluator.dtypes import check_dtype
+from tilefoundry.evaluator.layouts import has_physical_layout
 from tilefoundry.evaluator.mesh_sim import ShardedCall, as_typed, run_call, touches_mesh
+from tilefoundry.evaluator.op_calls import OpCallSite, checked, expected_of
+from tilefoundry.evaluator.static_shapes import bind, static_signature
+from tilefoundry.evaluator.straight_line import Step, StepKind, straight_line
 from tilefoundry.evaluator.values import scatter
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
-from tilefoundry.ir.hir.footprint import check_memory
-from tilefoundry.ir.hir.signature import Bindings, bind_dim_vars, check_arguments
+from tilefoundry.ir.hir.footprint import MEMORY_ENV, check_memory
+from tilefoundry.ir.hir.signature import Bindings, check_arguments
 from tilefoundry.ir.hir.walk import block_operands, call_depth
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
 from tilefoundry.ir.types.shard import ShardLayout
-from tilefoundry.visitor_registry import EVAL, TypeInferContext
+from tilefoundry.visitor_registry import TypeInferContext
 
 FRAMES_PER_CALL = 8
 """Python frames one level of nested @func calls takes in the evaluator (with room to spare)."""
@@ -56,6 +60,7 @@ class _Frame:
         self.parent, self.variables, self.bindings = parent, variables, bindings
         self.loop_vars = loop_vars
         self.memo: dict[Expr, Any] = {}
+        self.dying: dict[Expr, int] | None = None  # reads left per node, in a loop-free walk
 
     def lookup(self, var: Var) -> Any:
         frame: _Frame | None = self
@@ -102,6 +107,9 @@ class Interpreter:
     def __init__(self) -> None:
         self._free: dict[Expr, frozenset[Var]] = {}
         self._loop_vars: set[Var] = set()
+        self._reads: dict[Expr, dict[Expr, int] | None] = {}
+        self._sites: dict[Expr, OpCallSite] = {}
+        self._plans: dict[Expr, list[Step] | None] = {}
 
     @staticmethod
     def ensure_typed(fn: Function) -> None:
@@ -120,7 +128,7 @@ class Interpreter:
                 f"Function {fn.name}: expected {len(fn.params)} argument(s) "
                 f"({', '.join(p.name for p in fn.params)}), got {len(values)}"
             )
-        bindings = bind_dim_vars(fn.name, fn.params, [shape_of(v) for v in values])
+        bindings = bind(fn, values)
         if fn.is_dispatch_base:
             fn = select_variant(fn, bindings={var.name: n for var, n in bindings.items()})
         self.ensure_typed(fn)
@@ -156,23 +164,64 @@ class Interpreter:
         return self._free[root]
 
     def value(self, root: Expr, frame: _Frame) -> Any:
-        remaining = _last_uses(root) if frame.loop_vars is None else None
-        stack = [(root, False)]
-        while stack:
-            node, expanded = stack.pop()
-            owner = frame.owner(self.free_vars(node))
-            if node in owner.memo:
-                continue
-            if not expanded:
-                stack.append((node, True))
-                stack.extend((c, False) for c in block_operands(node))
-                continue
-            owner.memo[node] = self._compute(node, frame)
-            if remaining is not None:
-                _release(node, root, remaining, owner.memo)
+        if frame.loop_vars is None and not frame.memo:
+            if root not in self._plans:
+                self._plans[root] = straight_line(root)
+            plan = self._plans[root]
+            if plan is not None:
+                return self._run(plan, frame)
+        remaining = self._remaining_reads(root) if frame.loop_vars is None else None
+        outer, frame.dying = frame.dying, remaining
+        try:
+            stack = [(root, False)]
+            while stack:
+                node, expanded = stack.pop()
+                # An activation's own frame memoises every node (loop frames: see `owner`).
+                owner = frame if remaining is not None else frame.owner(self.free_vars(node))
+                if node in owner.memo:
+                    continue
+                if not expanded:
+                    stack.append((node, True))
+                    stack.extend((c, False) for c in block_operands(node))
+                    continue
+                owner.memo[node] = self._compute(node, frame)
+                if remaining is not None:
+                    _release(node, root, remaining, owner.memo)
+        finally:
+            frame.dying = outer
         return frame.owner(self.free_vars(root)).memo[root]
 
+    def _run(self, plan: list[Step], frame: _Frame) -> Any:
+        """A straight-line body (see `straight_line`) in the walk's own order, with its
+        releases and last reads worked out in advance: what the walk does, minus the walking."""
+        memo = frame.memo
+        for step in plan:
+            node = step.node
+            if step.kind is StepKind.CALL:
+                with _located(node):
+                    memo[node] = self._call_op(
+                        node, tuple(memo[c] for c in step.operands), frame, step.dying
+                    )
+            elif step.kind is StepKind.VAR:
+                memo[node] = frame.lookup(node)
+            elif step.kind is StepKind.CONSTANT:
+                memo[node] = self._constant(node)
+            else:
+                memo[node] = tuple(memo[c] for c in step.operands)
+            for done in step.releases:
+                del memo[done]
+        return memo[plan[-1].node]
+
+    def _remaining_reads(self, root: Expr) -> dict[Expr, int] | None:
+        """A fresh copy of `_last_uses(root)`, counted once per root."""
+        if root not in self._reads:
+            self._reads[root] = _last_uses(root)
+        counts = self._reads[root]
+        return None if counts is None else dict(counts)
+
     def _ready(self, node: Expr, frame: _Frame) -> Any:
+        if frame.loop_vars is None:  # an activation's own frame memoises every node
+            return frame.memo[node]
         return frame.owner(self.free_vars(node)).memo[node]
 
     def _compute(self, node: Expr, frame: _Frame) -> Any:
@@ -189,7 +238,7 @@ class Interpreter:
         if isinstance(node, Call):
             if isinstance(node.target, Op):
                 with _located(node):
-                    return self._call_op(node, args, frame.bindings)
+                    return self._call_op(node, args, frame, frame.dying)
             if isinstance(node.target, Function):
                 callee = elaborate(node.target, tuple(a.type for a in node.args))
                 return self.invoke(callee, args)[1]
@@ -241,21 +290,28 @@ class Interpreter:
             carry = tuple(self.value(y, iteration) for y in node.yield_values)
         return carry[0] if len(carry) == 1 else carry
 
-    def _call_op(self, call: Call, args: tuple, bindings: Bindings) -> Any:
-        op = call.target
-        where = type(op).__name__
-        out_type = call.type
-        if out_type is None:
-            raise InternalCompilerError(f"{where}: the call was never typed")
-        check_type_dtypes(out_type, where)
-        if touches_mesh(args, out_type):
+    def _call_op(
+        self, call: Call, args: tuple, frame: _Frame, dying: dict[Expr, int] | None
+    ) -> Any:
+        """`call`'s op on `args`; `dying` maps a node to 1 when this call is its last read."""
+        site = self._sites.get(call)
+        if site is None:
+            site = self._sites[call] = OpCallSite(call)
+        out_type, where = site.out_type, site.where
+        on_mesh = not site.replicated or (
+            not all(type(a) is np.ndarray for a in args) and touches_mesh(args, out_type)
+        )
+        if on_mesh:
             fields = out_type.fields if isinstance(out_type, TupleType) else (out_type,)
-            shapes = [concrete_shape(f, bindings, where) for f in fields]
+            shapes = [concrete_shape(f, frame.bindings, where) for f in fields]
             arg_types = tuple(a.type for a in call.args)
-            return run_call(ShardedCall(op, args, arg_types, out_type, shapes))
-        concrete = concrete_type(out_type, bindings, where)
-        result = EVAL.lookup(type(op))(op, args, concrete)
-        return _checked(result, concrete, where)
+            return run_call(ShardedCall(site.op, args, arg_types, out_type, shapes))
+        if site.static:
+            concrete, expected = out_type, site.expected
+        else:
+            concrete = concrete_type(out_type, frame.bindings, where)
+            expected = expected_of(concrete)
+        return checked(site.run(call, args, concrete, dying), expected, concrete, where)
 
 
 def _last_uses(root: Expr) -> dict[Expr, int] | None:
@@ -298,8 +354,10 @@ class _located:
         return None
 
     def __exit__(self, kind, err, traceback) -> bool:
+        if err is None:
+            return False
         span = source_span(self.node)
-        if err is None or span is None or getattr(err, "located", False):
+        if span is None or getattr(err, "located", False):
             return False
         if isinstance(err, VerifyError):
             located = err.with_location(span)
@@ -311,41 +369,24 @@ class _located:
         raise located.with_traceback(traceback) from err.__cause__
 
 
-def _checked(result: Any, type_: Type, where: str) -> Any:
-    """A kernel's result, held to its declared shape and dtype (a mismatch is a kernel bug)."""
-    if isinstance(type_, TupleType):
-        if not isinstance(result, tuple) or len(result) != len(type_.fields):
-            raise InternalCompilerError(
-                f"{where}: the kernel returned {type(result).__name__}, expected a "
-                f"{len(type_.fields)}-tuple for {type_}"
-            )
-        return tuple(_checked(r, t, where) for r, t in zip(result, type_.fields, strict=True))
-    array = np.asarray(result)
-    expected = np.dtype(type_.dtype.to_numpy())
-    if array.shape != tuple(type_.shape) or array.dtype != expected:
-        raise InternalCompilerError(
-            f"{where}: the kernel returned {array.dtype}{list(array.shape)}, but the call is "
-            f"typed {type_}"
-        )
-    return array
-
-
 def evaluate(fn: Function, *arrays: Any, complete_partials: bool = False) -> Any:
     """Run `fn` on global arrays (DESIGN §3): one per parameter, sharded ones scattered over
     their mesh, results gathered back; a Partial result is completed only on request."""
     if not isinstance(fn, Function):
         raise EvalError(f"evaluate: expected a hir Function, got {type(fn).__name__}")
-    interpreter = Interpreter()
-    interpreter.ensure_typed(fn)
-    checked, bindings = check_arguments(fn.name, fn.params, arrays, "evaluate", check_dtype)
-    check_memory(fn, bindings, "evaluate")
-    pairs = enumerate(zip(fn.params, checked, strict=True))
-    placed = [place_input(fn.name, param, array, i) for i, (param, array) in pairs]
+    prepared = _prepared(fn)
+    interpreter = prepared.interpreter
+    checked, bindings = prepared.check_arguments(arrays)
+    prepared.check_memory(bindings)
+    placed = checked
+    if prepared.places:
+        pairs = enumerate(zip(fn.params, checked, strict=True))
+        placed = [place_input(fn.name, param, array, i) for i, (param, array) in pairs]
     # A call evaluates its callee's body in a nested activation, a few Python frames per level
     # of nesting; those frames are inlined by CPython (no C stack), so the limit is raised to
     # what the program's call depth needs (expressions themselves are walked iteratively).
     previous = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(previous, previous + FRAMES_PER_CALL * call_depth(fn)))
+    sys.setrecursionlimit(max(previous, previous + FRAMES_PER_CALL * prepared.depth))
     try:
         body_fn, result = interpreter.invoke(fn, placed)
     finally:
@@ -357,3 +398,57 @@ def evaluate(fn: Function, *arrays: Any, complete_partials: bool = False) -> Any
         complete_partials=complete_partials,
         borrowed=list(checked),
     )
+
+
+class _Prepared:
+    """What `evaluate` works out once per Function, not once per call: the function typed, an
+    Interpreter whose caches (loop-variable sets, read counts, call sites: facts of the immutable
+    IR) persist, its call depth, and the bindings whose memory check passed under the current
+    memory limit setting."""
+
+    def __init__(self, fn: Function):
+        Interpreter.ensure_typed(fn)
+        self.fn = fn
+        self.interpreter = Interpreter()
+        self.depth = call_depth(fn)
+        self._fits: set[tuple] = set()
+        self._signature = static_signature(fn)
+        self.places = any(
+            isinstance(p.type, TensorType)
+            and (isinstance(p.type.layout, ShardLayout) or has_physical_layout(p.type))
+            for p in fn.params
+        )
+
+    def check_arguments(self, arrays: tuple) -> tuple[tuple[np.ndarray, ...], Bindings]:
+        """`check_arguments`' result. When every parameter has a static shape, arrays that are
+        already ndarrays of exactly the parameters' shapes and dtypes are what it would return
+        (with no DimVar to bind); anything else takes the general check and its messages."""
+        signature = self._signature
+        if signature is not None and len(arrays) == len(signature):
+            for array, (shape, dtype) in zip(arrays, signature, strict=True):
+                if type(array) is not np.ndarray or array.shape != shape or array.dtype != dtype:
+                    break
+            else:
+                return arrays, {}
+        fn = self.fn
+        return check_arguments(fn.name, fn.params, arrays, "evaluate", check_dtype)
+
+    def check_memory(self, bindings: Bindings) -> None:
+        key = (tuple(bindings.items()), os.environ.get(MEMORY_ENV))
+        if key not in self._fits:
+            check_memory(self.fn, bindings, "evaluate")
+            self._fits.add(key)
+
+
+_PREPARED: dict[int, _Prepared] = {}
+
+
+def _prepared(fn: Function) -> _Prepared:
+    """`fn`'s `_Prepared`, kept per process (the entry holds `fn`, so its id is not reused)."""
+    prepared = _PREPARED.get(id(fn))
+    if prepared is None or prepared.fn is not fn:
+        prepared = _Prepared(fn)
+        if len(_PREPARED) >= _TYPED_LIMIT:
+            _PREPARED.clear()
+        _PREPARED[id(fn)] = prepared
+    return prepared

@@ -66,6 +66,13 @@ a node of its own (its CallableType) and as a call target (by elaboration)."""
 
 ACCESS_RELATION = Registry("access relation")
 EVAL = Registry("eval")
+EVAL_INTO = Registry("eval into")
+"""An EVAL kernel that writes its result into a given array: `rule(op, args, out_type, out) ->
+out | None`, where `out` has `out_type`'s shape and dtype, belongs to the evaluator, and may be one
+of `args` (an intermediate read for the last time), so the rule must compute elementwise (read
+each element before writing it, as a ufunc with `out=` does). The values written are exactly the
+EVAL rule's, bit for bit; a rule that cannot promise that for these operands (a dtype it must
+widen, say) returns None before writing anything and the evaluator runs the EVAL rule."""
 STABLEHLO = Registry("stablehlo")
 
 SHARDED_EVAL = Registry("sharded eval")
@@ -121,6 +128,7 @@ _BY_KIND = {
         CALLEE_TYPEINFER,
         ACCESS_RELATION,
         EVAL,
+        EVAL_INTO,
         STABLEHLO,
         SHARDED_EVAL,
         SPMD_LOWERING,
@@ -135,6 +143,7 @@ register_typeinfer = TYPEINFER.register
 register_callee_typeinfer = CALLEE_TYPEINFER.register
 register_access_relation = ACCESS_RELATION.register
 register_eval = EVAL.register
+register_eval_into = EVAL_INTO.register
 register_stablehlo = STABLEHLO.register
 register_sharded_eval = SHARDED_EVAL.register
 register_spmd_lowering = SPMD_LOWERING.register

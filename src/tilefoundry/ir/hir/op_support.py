@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -162,17 +162,36 @@ def same_dtype(op: Op, named_types: Sequence[tuple[str, TensorType]]) -> DType:
 
 
 def numpy_dtype(dtype: DType) -> np.dtype:
+    return _numpy_dtype(dtype)
+
+
+@cache
+def _numpy_dtype(dtype: DType) -> np.dtype:
     return np.dtype(dtype.to_numpy())
 
 
 def compute_in_f32(fn: Callable[..., np.ndarray], out_dtype: DType, *arrays: np.ndarray):
     """Run `fn` on float operands widened to f32 when narrower (numpy/ml_dtypes lack most narrow
     kernels and promote inconsistently), then round once to the result dtype."""
-    widened = [
-        a.astype(np.float32) if a.dtype.kind not in "biu" and a.dtype.itemsize < 4 else a
-        for a in arrays
-    ]
-    return np.asarray(fn(*widened)).astype(numpy_dtype(out_dtype), copy=False)
+    for array in arrays:
+        if _narrow(array.dtype):
+            arrays = tuple(a.astype(np.float32) if _narrow(a.dtype) else a for a in arrays)
+            break
+    result = np.asarray(fn(*arrays))
+    target = _numpy_dtype(out_dtype)
+    return result if result.dtype == target else result.astype(target)
+
+
+def _narrow(dtype: np.dtype) -> bool:
+    return dtype.kind not in "biu" and dtype.itemsize < 4
+
+
+def computes_into(out: np.ndarray, *arrays: np.ndarray) -> bool:
+    """Whether a kernel run through `compute_in_f32` on `arrays` may write straight into `out`
+    (an EVAL_INTO rule): every operand and `out` share one float dtype of f32 or wider, so nothing
+    is widened and the final rounding is the identity."""
+    dtype = out.dtype
+    return dtype.kind == "f" and not _narrow(dtype) and all(a.dtype == dtype for a in arrays)
 
 
 def is_narrow_float(dtype: DType) -> bool:

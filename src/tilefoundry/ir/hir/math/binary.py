@@ -18,6 +18,7 @@ from tilefoundry.ir.hir.op_support import (
     broadcast_operand_shapes,
     completion_remedy,
     compute_in_f32,
+    computes_into,
     mesh_axis_label,
     propagate,
     refuse_partials,
@@ -31,6 +32,7 @@ from tilefoundry.visitor_registry import (
     FusionKind,
     register_access_relation,
     register_eval,
+    register_eval_into,
     register_fusion_kind,
     register_pallas,
     register_stablehlo,
@@ -250,6 +252,33 @@ def _eval(op: Binary, args, out_type: TensorType) -> np.ndarray:
         raise EvalError(f"Binary: integer {op.kind.value} by zero")
     with np.errstate(all="ignore"):
         return compute_in_f32(_KERNELS[op.kind], out_type.dtype, lhs, rhs)
+
+
+_ARITHMETIC = frozenset(
+    {
+        BinaryKind.ADD,
+        BinaryKind.SUB,
+        BinaryKind.MUL,
+        BinaryKind.DIV,
+        BinaryKind.FLOOR_DIV,
+        BinaryKind.MOD,
+        BinaryKind.MIN,
+        BinaryKind.MAX,
+    }
+)
+
+
+@register_eval_into(Binary)
+def _eval_into(op: Binary, args, out_type: TensorType, out: np.ndarray) -> np.ndarray | None:
+    """`_eval`'s float arithmetic written into `out`: on operands of out's float dtype the ufunc
+    writes exactly what it would return (nothing widened, no integer division to check)."""
+    if op.kind not in _ARITHMETIC:
+        return None
+    lhs, rhs = _adopt_scalar_dtype(*(np.asarray(a) for a in args))
+    if not computes_into(out, lhs, rhs):
+        return None
+    with np.errstate(all="ignore"):
+        return _KERNELS[op.kind](lhs, rhs, out=out)
 
 
 _SURFACE_NAMES = {

@@ -15,6 +15,7 @@ from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     compute_in_f32,
+    computes_into,
     propagate,
     refuse_partials,
     result_storage,
@@ -26,6 +27,7 @@ from tilefoundry.visitor_registry import (
     FusionKind,
     register_access_relation,
     register_eval,
+    register_eval_into,
     register_fusion_kind,
     register_pallas,
     register_stablehlo,
@@ -170,6 +172,20 @@ def _eval(op: Unary, args, out_type: TensorType) -> np.ndarray:
         return x.copy()  # through a float the wide integers would lose precision
     with np.errstate(all="ignore"):
         return compute_in_f32(_KERNELS[op.kind], out_type.dtype, x)
+
+
+_UFUNC_KINDS = frozenset(kind for kind, kernel in _KERNELS.items() if isinstance(kernel, np.ufunc))
+
+
+@register_eval_into(Unary)
+def _eval_into(op: Unary, args, out_type: TensorType, out: np.ndarray) -> np.ndarray | None:
+    """`_eval` on a float operand of out's dtype, when the kind is one ufunc: written into `out`,
+    it writes exactly what it would return."""
+    (x,) = (np.asarray(a) for a in args)
+    if op.kind not in _UFUNC_KINDS or not computes_into(out, x):
+        return None
+    with np.errstate(all="ignore"):
+        return _KERNELS[op.kind](x, out=out)
 
 
 # DESIGN §3 surface names; `relu` is nn.ReLU's, so UnaryKind.RELU has no surface spelling here.

@@ -125,17 +125,33 @@ def _mean_last(values: np.ndarray) -> np.ndarray:
     return np.sum(values, axis=-1, keepdims=True) / max(values.shape[-1], 1)
 
 
+def _scale_into(
+    buffer: np.ndarray, x: np.ndarray, norm: np.ndarray, weight: np.ndarray
+) -> np.ndarray:
+    """x / norm * weight, each step written over `buffer` (a dead temporary of x's shape and
+    dtype) when the product keeps that dtype, else as the plain expression."""
+    if np.result_type(x, weight) != buffer.dtype:
+        return x / norm * weight
+    np.divide(x, norm, out=buffer)
+    return np.multiply(buffer, weight, out=buffer)
+
+
 def _layer_norm(eps: float):
     def kernel(x, weight, bias):
         centred = x - _mean_last(x)
-        return centred / np.sqrt(_mean_last(centred * centred) + eps) * weight + bias
+        squares = centred * centred
+        scaled = _scale_into(squares, centred, np.sqrt(_mean_last(squares) + eps), weight)
+        if scaled is squares and np.result_type(scaled, bias) == scaled.dtype:
+            return np.add(scaled, bias, out=scaled)
+        return scaled + bias
 
     return kernel
 
 
 def _rms_norm(eps: float):
     def kernel(x, weight):
-        return x / np.sqrt(_mean_last(x * x) + eps) * weight
+        squares = x * x
+        return _scale_into(squares, x, np.sqrt(_mean_last(squares) + eps), weight)
 
     return kernel
 

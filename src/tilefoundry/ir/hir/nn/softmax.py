@@ -15,6 +15,7 @@ from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     compute_in_f32,
+    computes_into,
     normalize_axis,
     op_name,
     propagate,
@@ -28,6 +29,7 @@ from tilefoundry.visitor_registry import (
     FusionKind,
     register_access_relation,
     register_eval,
+    register_eval_into,
     register_fusion_kind,
     register_pallas,
     register_stablehlo,
@@ -71,13 +73,21 @@ def _typeinfer(op, arg_types, ctx):
     return TensorType(x.shape, x.dtype, layout, x.storage)
 
 
+def _softmax_into(x: np.ndarray, axis: int, out: np.ndarray | None = None) -> np.ndarray:
+    """exp(x - max) / sum(exp(x - max)) along `axis`, each step written over the previous one's
+    array (`out`, which may be x itself, else a fresh one): the same three elementwise passes and
+    two reductions as the naive formula, in one buffer. `initial` makes an empty axis legal; a
+    row of only -inf gives nan, as torch does."""
+    shift = np.max(x, axis=axis, keepdims=True, initial=-np.inf)
+    with np.errstate(invalid="ignore"):
+        e = np.subtract(x, shift, out=out)
+        np.exp(e, out=e)
+        return np.divide(e, np.sum(e, axis=axis, keepdims=True), out=e)
+
+
 def _softmax(axis: int):
     def kernel(x: np.ndarray) -> np.ndarray:
-        # `initial` makes an empty axis legal; a row of only -inf gives nan, as torch does.
-        shift = np.max(x, axis=axis, keepdims=True, initial=-np.inf)
-        with np.errstate(invalid="ignore"):
-            e = np.exp(x - shift)
-            return e / np.sum(e, axis=axis, keepdims=True)
+        return _softmax_into(x, axis)
 
     return kernel
 
@@ -88,6 +98,15 @@ def _eval(op, args, out_type):
     x = np.asarray(x)
     axis = normalize_axis(op, op.axis, x.ndim)
     return compute_in_f32(_softmax(axis), out_type.dtype, x)
+
+
+@register_eval_into(SoftMax)
+def _eval_into(op, args, out_type, out):
+    """`_eval` written into `out` when x is already of out's float dtype (nothing to widen)."""
+    x = np.asarray(args[0])
+    if not computes_into(out, x):
+        return None
+    return _softmax_into(x, normalize_axis(op, op.axis, x.ndim), out)
 
 
 register_surface("softmax", SoftMax)
