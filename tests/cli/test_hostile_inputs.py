@@ -75,6 +75,26 @@ def f(x: Tensor[(4,), "f32"]):
     "exits_0": HEAD + "import sys\nsys.exit(0)\n",
     "raises_interrupt": HEAD + "raise KeyboardInterrupt\n",
     "raises_base": HEAD + "class Stop(BaseException):\n    pass\n\nraise Stop('now')\n",
+    # DESIGN §3 spells a dimension split over two mesh axes `N @ (m.a, m.b)`; in an annotation
+    # Python evaluates `int @ tuple` itself (TypeError) before any of our code runs
+    "tuple_split": HEAD
+    + """from tilefoundry.ir.types.shard import make_mesh
+
+M = make_mesh((2, 4), ("a", "b"))
+
+@func
+def f(x: Tensor[(16 @ (M.a, M.b), 8), "f32"]):
+    return tf.exp(x)
+""",
+    "grouped_split": HEAD
+    + """from tilefoundry.ir.types.shard import make_mesh
+
+M = make_mesh((2, 4), ("a", "b"))
+
+@func
+def f(x: Tensor[(16 @ (M.a * M.b), 8), "f32"]):
+    return tf.exp(x)
+""",
 }
 
 LOADING = "Module probe.py: the program "
@@ -121,6 +141,16 @@ PROBES = [
     ("the file's sys.exit(0)", "exits_0", ["check"], 1, "py:4:1: error: " + LOADING + "called"),
     ("the file's Ctrl-C", "raises_interrupt", ["run"], 1, "py:3:1: error: " + LOADING + "raised"),
     ("the file's BaseException", "raises_base", ["show"], 1, LOADING + "raised Stop: now"),
+    (
+        "N @ (m.a, m.b) names the fix",
+        "tuple_split",
+        ["check"],
+        1,
+        "probe.py:8:18: error: Module probe.py: `N @ (m.a, m.b)` cannot split a dimension over a "
+        "tuple of mesh axes in an annotation",
+    ),
+    ("N @ (m.a, m.b) fix, spelled out", "tuple_split", ["run"], 1, "`N @ (m.a * m.b)`"),
+    ("the fix it names runs", "grouped_split", ["run"], 0, "agrees"),
 ]
 
 
