@@ -16,6 +16,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from cli.conftest import REPO
 from cli.conftest import command as cli_command
 
 HEAD = """\
@@ -284,3 +285,20 @@ def test_an_ansi_escape_in_a_path_does_not_reach_the_terminal(cli, tmp_path):
     done = cli("check", str(tmp_path / "a\x1b[31mred.py"))
     assert done.returncode == 1
     assert "\x1b" not in done.stderr and "a\\x1b[31mred.py: no such file" in done.stderr
+
+
+def test_help_and_readme_say_os_exit_cannot_be_caught(cli, write_program):
+    """Issue 20: a DSL file that "calls `os._exit`" at its top level ends the CLI with "a silent
+    exit code"; nothing in-process can catch it, so the README and `--help` say so where they
+    warn that a DSL file is a program (and the probe shows why: the file decides the status)."""
+    done = cli("--help")
+    assert done.returncode == 0
+    assert "A FILE is executed (its top level runs)" in done.stdout
+    assert "os._exit() there ends\nthe command at once with the status the file chose" in (
+        done.stdout
+    )
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "A DSL file is a Python program" in readme
+    assert "but `os._exit()` (or a signal it sends itself) ends the process at once" in readme
+    path = write_program("exits.py", HEAD + "import os\nos._exit(7)\n")
+    assert cli("check", path).returncode == 7
