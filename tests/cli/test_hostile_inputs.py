@@ -16,6 +16,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from cli.conftest import REPO
 from cli.conftest import command as cli_command
 
 HEAD = """\
@@ -75,6 +76,26 @@ def f(x: Tensor[(4,), "f32"]):
     "exits_0": HEAD + "import sys\nsys.exit(0)\n",
     "raises_interrupt": HEAD + "raise KeyboardInterrupt\n",
     "raises_base": HEAD + "class Stop(BaseException):\n    pass\n\nraise Stop('now')\n",
+    # DESIGN §3 spells a dimension split over two mesh axes `N @ (m.a, m.b)`; in an annotation
+    # Python evaluates `int @ tuple` itself (TypeError) before any of our code runs
+    "tuple_split": HEAD
+    + """from tilefoundry.ir.types.shard import make_mesh
+
+M = make_mesh((2, 4), ("a", "b"))
+
+@func
+def f(x: Tensor[(16 @ (M.a, M.b), 8), "f32"]):
+    return tf.exp(x)
+""",
+    "grouped_split": HEAD
+    + """from tilefoundry.ir.types.shard import make_mesh
+
+M = make_mesh((2, 4), ("a", "b"))
+
+@func
+def f(x: Tensor[(16 @ (M.a * M.b), 8), "f32"]):
+    return tf.exp(x)
+""",
 }
 
 LOADING = "Module probe.py: the program "
@@ -121,6 +142,16 @@ PROBES = [
     ("the file's sys.exit(0)", "exits_0", ["check"], 1, "py:4:1: error: " + LOADING + "called"),
     ("the file's Ctrl-C", "raises_interrupt", ["run"], 1, "py:3:1: error: " + LOADING + "raised"),
     ("the file's BaseException", "raises_base", ["show"], 1, LOADING + "raised Stop: now"),
+    (
+        "N @ (m.a, m.b) names the fix",
+        "tuple_split",
+        ["check"],
+        1,
+        "probe.py:8:18: error: Module probe.py: `N @ (m.a, m.b)` cannot split a dimension over a "
+        "tuple of mesh axes in an annotation",
+    ),
+    ("N @ (m.a, m.b) fix, spelled out", "tuple_split", ["run"], 1, "`N @ (m.a * m.b)`"),
+    ("the fix it names runs", "grouped_split", ["run"], 0, "agrees"),
 ]
 
 
@@ -254,3 +285,20 @@ def test_an_ansi_escape_in_a_path_does_not_reach_the_terminal(cli, tmp_path):
     done = cli("check", str(tmp_path / "a\x1b[31mred.py"))
     assert done.returncode == 1
     assert "\x1b" not in done.stderr and "a\\x1b[31mred.py: no such file" in done.stderr
+
+
+def test_help_and_readme_say_os_exit_cannot_be_caught(cli, write_program):
+    """Issue 20: a DSL file that "calls `os._exit`" at its top level ends the CLI with "a silent
+    exit code"; nothing in-process can catch it, so the README and `--help` say so where they
+    warn that a DSL file is a program (and the probe shows why: the file decides the status)."""
+    done = cli("--help")
+    assert done.returncode == 0
+    assert "A FILE is executed (its top level runs)" in done.stdout
+    assert "os._exit() there ends\nthe command at once with the status the file chose" in (
+        done.stdout
+    )
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "A DSL file is a Python program" in readme
+    assert "but `os._exit()` (or a signal it sends itself) ends the process at once" in readme
+    path = write_program("exits.py", HEAD + "import os\nos._exit(7)\n")
+    assert cli("check", path).returncode == 7

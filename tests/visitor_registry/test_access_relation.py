@@ -42,7 +42,7 @@ def boundary(text, parameters=()):
 
 
 def test_bare_map_is_refused_as_a_boundary():
-    with pytest.raises(VerifyError, match="AffineAccess"):
+    with pytest.raises(VerifyError, match="a boundary pattern must be an AffineAccess, not Map"):
         BoundaryRelation(isl.Map("{ [i] -> [i] }"))
 
 

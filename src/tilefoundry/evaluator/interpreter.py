@@ -10,7 +10,6 @@ is a chain of frames; a node is memoised in the innermost frame whose loop varia
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,13 +37,10 @@ from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_spa
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
 from tilefoundry.ir.hir.footprint import MEMORY_ENV, check_memory
 from tilefoundry.ir.hir.signature import Bindings, check_arguments
-from tilefoundry.ir.hir.walk import block_operands, call_depth
+from tilefoundry.ir.hir.walk import block_operands
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
 from tilefoundry.ir.types.shard import ShardLayout
 from tilefoundry.visitor_registry import TypeInferContext
-
-FRAMES_PER_CALL = 8
-"""Python frames one level of nested @func calls takes in the evaluator (with room to spare)."""
 
 
 class _Frame:
@@ -101,6 +97,31 @@ _TYPED: dict[int, Function] = {}
 _TYPED_LIMIT = 1024
 
 
+class _Activation:
+    """One pending walk of `root` in `frame` on the evaluator's explicit call stack: its own
+    work stack, its last-use counts, and the call node (with the frame memoising it) it waits
+    on while a callee runs."""
+
+    def __init__(self, root: Expr, frame: _Frame, remaining: dict[Expr, int] | None):
+        self.root, self.frame, self.remaining = root, frame, remaining
+        self.stack: list[tuple[Expr, bool]] = [(root, False)]
+        self.waiting: tuple[Expr, _Frame] | None = None
+
+    def store(self, node: Expr, owner: _Frame, value: Any) -> None:
+        owner.memo[node] = value
+        if self.remaining is not None:
+            _release(node, self.root, self.remaining, owner.memo)
+
+    def returned(self, value: Any) -> None:
+        """The callee this activation waited on returned `value`: memoise it on the call."""
+        node, owner = self.waiting
+        self.waiting = None
+        self.store(node, owner, value)
+
+    def result(self, interpreter: Interpreter) -> Any:
+        return self.frame.owner(interpreter.free_vars(self.root)).memo[self.root]
+
+
 class Interpreter:
     """Evaluates Function bodies on evaluator values (ndarrays, MeshValues, tuples)."""
 
@@ -123,6 +144,12 @@ class Interpreter:
 
     def invoke(self, fn: Function, values: Sequence[Any]) -> tuple[Function, Any]:
         """Run `fn` (a dispatch base selects its variant) on values; returns (body fn, value)."""
+        fn, frame = self._enter(fn, values)
+        return fn, self.value(fn.body, frame)
+
+    def _enter(self, fn: Function, values: Sequence[Any]) -> tuple[Function, _Frame]:
+        """The activation `fn` runs in on `values`: arity checked, DimVars bound, the variant a
+        dispatch base selects, typed once; returns (body fn, its root frame)."""
         if len(values) != len(fn.params):
             raise EvalError(
                 f"Function {fn.name}: expected {len(fn.params)} argument(s) "
@@ -132,8 +159,7 @@ class Interpreter:
         if fn.is_dispatch_base:
             fn = select_variant(fn, bindings={var.name: n for var, n in bindings.items()})
         self.ensure_typed(fn)
-        frame = _Frame(None, dict(zip(fn.params, values, strict=True)), bindings)
-        return fn, self.value(fn.body, frame)
+        return fn, _Frame(None, dict(zip(fn.params, values, strict=True)), bindings)
 
     # -- the walk ----------------------------------------------------------------------------
 
@@ -164,16 +190,41 @@ class Interpreter:
         return self._free[root]
 
     def value(self, root: Expr, frame: _Frame) -> Any:
+        """The value of `root` in `frame`. A loop-free body made only of op calls runs from its
+        plan (`straight_line`). Otherwise the body is walked; a call of a @func does not recurse:
+        the callee's body becomes a new activation on an explicit stack and the caller resumes
+        when it returns, so the depth of nested calls costs heap, not Python frames (issue 20)."""
         if frame.loop_vars is None and not frame.memo:
             if root not in self._plans:
                 self._plans[root] = straight_line(root)
             plan = self._plans[root]
             if plan is not None:
                 return self._run(plan, frame)
+        activations = [self._activation(root, frame)]
+        while True:
+            current = activations[-1]
+            callee = self._advance(current)
+            if callee is not None:
+                activations.append(callee)
+                continue
+            activations.pop()
+            result = current.result(self)
+            if not activations:
+                return result
+            activations[-1].returned(result)
+
+    def _activation(self, root: Expr, frame: _Frame) -> _Activation:
         remaining = self._remaining_reads(root) if frame.loop_vars is None else None
+        return _Activation(root, frame, remaining)
+
+    def _advance(self, act: _Activation) -> _Activation | None:
+        """Walk `act` until it is done (None) or needs a @func call's result (the callee's
+        activation, whose result `_Activation.returned` later memoises on the call node). While
+        it walks, `frame.dying` holds its reads left, so a kernel may write into a value read
+        for the last time."""
+        frame, stack, remaining = act.frame, act.stack, act.remaining
         outer, frame.dying = frame.dying, remaining
         try:
-            stack = [(root, False)]
             while stack:
                 node, expanded = stack.pop()
                 # An activation's own frame memoises every node (loop frames: see `owner`).
@@ -184,12 +235,16 @@ class Interpreter:
                     stack.append((node, True))
                     stack.extend((c, False) for c in block_operands(node))
                     continue
-                owner.memo[node] = self._compute(node, frame)
-                if remaining is not None:
-                    _release(node, root, remaining, owner.memo)
+                if isinstance(node, Call) and isinstance(node.target, Function):
+                    args = tuple(self._ready(c, frame) for c in block_operands(node))
+                    callee = elaborate(node.target, tuple(a.type for a in node.args))
+                    body_fn, callee_frame = self._enter(callee, args)
+                    act.waiting = (node, owner)
+                    return self._activation(body_fn.body, callee_frame)
+                act.store(node, owner, self._compute(node, frame))
         finally:
             frame.dying = outer
-        return frame.owner(self.free_vars(root)).memo[root]
+        return None
 
     def _run(self, plan: list[Step], frame: _Frame) -> Any:
         """A straight-line body (see `straight_line`) in the walk's own order, with its
@@ -225,6 +280,7 @@ class Interpreter:
         return frame.owner(self.free_vars(node)).memo[node]
 
     def _compute(self, node: Expr, frame: _Frame) -> Any:
+        """Every node but a @func call (which `_advance` turns into a new activation)."""
         if isinstance(node, Var):
             return frame.lookup(node)
         if isinstance(node, Constant):
@@ -239,9 +295,6 @@ class Interpreter:
             if isinstance(node.target, Op):
                 with _located(node):
                     return self._call_op(node, args, frame, frame.dying)
-            if isinstance(node.target, Function):
-                callee = elaborate(node.target, tuple(a.type for a in node.args))
-                return self.invoke(callee, args)[1]
             if isinstance(node.target, FusionRegion):
                 return self._fusion(node.target, args, frame)
         raise UnsupportedError(f"{type(node).__name__}: the reference evaluator cannot evaluate it")
@@ -382,15 +435,7 @@ def evaluate(fn: Function, *arrays: Any, complete_partials: bool = False) -> Any
     if prepared.places:
         pairs = enumerate(zip(fn.params, checked, strict=True))
         placed = [place_input(fn.name, param, array, i) for i, (param, array) in pairs]
-    # A call evaluates its callee's body in a nested activation, a few Python frames per level
-    # of nesting; those frames are inlined by CPython (no C stack), so the limit is raised to
-    # what the program's call depth needs (expressions themselves are walked iteratively).
-    previous = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(previous, previous + FRAMES_PER_CALL * prepared.depth))
-    try:
-        body_fn, result = interpreter.invoke(fn, placed)
-    finally:
-        sys.setrecursionlimit(previous)
+    body_fn, result = interpreter.invoke(fn, placed)
     return read_result(
         result,
         body_fn.body.type,
@@ -403,14 +448,13 @@ def evaluate(fn: Function, *arrays: Any, complete_partials: bool = False) -> Any
 class _Prepared:
     """What `evaluate` works out once per Function, not once per call: the function typed, an
     Interpreter whose caches (loop-variable sets, read counts, call sites: facts of the immutable
-    IR) persist, its call depth, and the bindings whose memory check passed under the current
+    IR) persist, and the bindings whose memory check passed under the current
     memory limit setting."""
 
     def __init__(self, fn: Function):
         Interpreter.ensure_typed(fn)
         self.fn = fn
         self.interpreter = Interpreter()
-        self.depth = call_depth(fn)
         self._fits: set[tuple] = set()
         self._signature = static_signature(fn)
         self.places = any(

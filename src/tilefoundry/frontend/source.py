@@ -11,6 +11,7 @@ own code that is not one of our errors is our bug and stays an InternalCompilerE
 from __future__ import annotations
 
 import linecache
+import re
 import traceback
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,11 @@ def _program_line(err: Exception, filename: str) -> SourceSpan | None:
     return SourceSpan(filename, frame.lineno or 1, (frame.colno or 0) + 1)
 
 
+_TUPLE_SPLIT = re.compile(r"unsupported operand type\(s\) for @: '\w+' and 'tuple'")
+"""The TypeError of DESIGN §3's `N @ (m.a, m.b)` spelling, which Python refuses before any of
+our code runs (see `tilefoundry.ir.types.shard.sugar`); `N @ (m.a * m.b)` is the spelling."""
+
+
 def _classify(err: Exception, filename: str) -> TileFoundryError:
     frames = traceback.extract_tb(err.__traceback__)
     last = frames[-1] if frames else None
@@ -89,6 +95,13 @@ def _classify(err: Exception, filename: str) -> TileFoundryError:
         return InternalCompilerError(
             f"frontend: internal error ({type(err).__name__}: {err}) at "
             f"{last.filename}:{last.lineno}"
+        )
+    if isinstance(err, TypeError) and _TUPLE_SPLIT.search(str(err)):
+        return VerifyError(
+            f"Module {Path(filename).name}: `N @ (m.a, m.b)` cannot split a dimension over a "
+            "tuple of mesh axes in an annotation (Python evaluates `N @ tuple` itself and "
+            f"raises TypeError: {err}); group the axes with `*`: `N @ (m.a * m.b)`",
+            location=_program_line(err, filename) or SourceSpan(filename, 1, 1),
         )
     return VerifyError(
         f"Module {Path(filename).name}: evaluating the program raised {type(err).__name__}: "

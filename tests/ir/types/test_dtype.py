@@ -83,9 +83,16 @@ def test_unknown_name_lists_valid_names(bad):
     assert "f4e2m1" in str(info.value)
 
 
-@pytest.mark.parametrize("bad", [np.complex64, "not-a-dtype-xyz", object()])
-def test_from_numpy_refuses_unmapped(bad):
-    with pytest.raises(VerifyError, match="DType"):
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (np.complex64, "DType: numpy dtype complex64 has no tilefoundry DType"),
+        ("not-a-dtype-xyz", "DType: 'not-a-dtype-xyz' is not a numpy dtype"),
+        (object(), "DType: <object object at .*> is not a numpy dtype"),
+    ],
+)
+def test_from_numpy_refuses_unmapped(bad, message):
+    with pytest.raises(VerifyError, match=message):
         DType.from_numpy(bad)
 
 

@@ -176,7 +176,8 @@ def test_tuple_type_and_leaves():
 
 @pytest.mark.parametrize("bad", [(UnitType(),), (4,), ("f32[4]",), A])
 def test_tuple_type_rejects_non_tensor_fields(bad):
-    with pytest.raises(VerifyError, match="TupleType"):
+    expected = "field 0 must be a TensorType or TupleType|fields must be a tuple of types"
+    with pytest.raises(VerifyError, match=f"TupleType: ({expected})"):
         TupleType(bad)
 
 
@@ -211,7 +212,7 @@ def test_with_helpers_revalidate():
     laid = with_layout(make_tensor_type((4, 8)), Layout((4, 8), (8, 1)))
     assert laid.layout == Layout((4, 8), (8, 1))
     assert with_layout(laid, None).layout is None
-    with pytest.raises(VerifyError, match="extent"):
+    with pytest.raises(VerifyError, match=r"has extent 8 on axis 0 but shape \[4, 8\] has 4"):
         with_layout(make_tensor_type((4, 8)), Layout((8, 4)))
     with pytest.raises(VerifyError, match="with_dtype: expected a TensorType"):
         with_dtype(TupleType((A,)), i32)
@@ -233,7 +234,7 @@ def test_numel(type_, count):
 def test_numel_rejects_symbolic_and_callable():
     with pytest.raises(VerifyError, match="symbolic extent S"):
         numel(A)
-    with pytest.raises(VerifyError, match="tensor_fields"):
+    with pytest.raises(VerifyError, match=r"tensor_fields: .* is not a tensor, tuple or unit type"):
         numel(CallableType((), A))
 
 

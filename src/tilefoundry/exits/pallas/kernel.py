@@ -62,6 +62,16 @@ class _Frame:
         return False, None
 
 
+class _Inlining:
+    """One body being traced on `KernelBody.value`'s explicit stack: its work stack, its frame,
+    its DimVar bindings, and the @func call it waits on while the callee is traced."""
+
+    def __init__(self, root: Expr, frame: _Frame, bindings: dict):
+        self.root, self.frame, self.bindings = root, frame, bindings
+        self.stack: list[tuple[Expr, bool]] = [(root, False)]
+        self.waiting: Expr | None = None
+
+
 class KernelBody:
     """Traces a Function body for one CTA (call `run` inside the kernel function)."""
 
@@ -112,7 +122,32 @@ class KernelBody:
         return self.value(self.fn.body, frame)
 
     def value(self, root: Expr, frame: _Frame) -> Any:
-        stack = [(root, False)]
+        """Trace `root`. A @func call is inlined without recursion: the callee's body becomes a
+        new entry on an explicit stack (with its own DimVar bindings) and the caller resumes
+        with its result, so deep chains of nested calls cost no Python frames (issue 20)."""
+        outer = self.bindings
+        pending = [_Inlining(root, frame, outer)]
+        try:
+            while True:
+                current = pending[-1]
+                self.bindings = current.bindings
+                callee = self._advance(current)
+                if callee is not None:
+                    pending.append(callee)
+                    continue
+                pending.pop()
+                result = current.frame.find(current.root)[1]
+                if not pending:
+                    return result
+                caller = pending[-1]
+                caller.frame.memo[caller.waiting] = result
+        finally:
+            self.bindings = outer
+
+    def _advance(self, at: _Inlining) -> _Inlining | None:
+        """Trace `at` until done (None) or until a @func call needs its callee traced first
+        (returns the callee's entry; `at.waiting` is the call)."""
+        stack, frame = at.stack, at.frame
         while stack:
             node, expanded = stack.pop()
             if frame.find(node)[0]:
@@ -121,8 +156,14 @@ class KernelBody:
                 stack.append((node, True))
                 stack.extend((c, False) for c in block_operands(node))
                 continue
+            if isinstance(node, Call) and isinstance(node.target, Function):
+                args = tuple(frame.find(c)[1] for c in block_operands(node))
+                callee, bindings = self._callee(node)
+                at.waiting = node
+                inner = _Frame(None, dict(zip(callee.params, args, strict=True)))
+                return _Inlining(callee.body, inner, bindings)
             frame.memo[node] = self._compute(node, frame)
-        return frame.find(root)[1]
+        return None
 
     def _compute(self, node: Expr, frame: _Frame) -> Any:
         if isinstance(node, Var):
@@ -144,16 +185,15 @@ class KernelBody:
             inner = _Frame(None, dict(zip(region.inputs, args, strict=True)))
             results = tuple(self.value(output, inner) for output in region.outputs)
             return results[0] if len(results) == 1 else results
-        if isinstance(node, Call) and isinstance(node.target, Function):
-            return self._call_function(node, args)
         raise UnsupportedError(
             f"{type(node).__name__}: {EXIT} has no lowering for this node",
             location=source_span(node),
         )
 
-    def _call_function(self, node: Call, args: tuple) -> Any:
+    def _callee(self, node: Call) -> tuple[Function, dict]:
         """A call of a `@func` is inlined: elaborated for the argument types, its DimVars bound
-        from the arguments' global shapes, a dispatch base resolved to its variant."""
+        from the arguments' global shapes, a dispatch base resolved to its variant; returns the
+        Function whose body is traced and its bindings."""
         arg_types = tuple(a.type for a in node.args)
         callee = elaborate(node.target, arg_types)
         shapes = [
@@ -164,12 +204,7 @@ class KernelBody:
         if callee.is_dispatch_base:
             callee = select_variant(callee, bindings={v.name: n for v, n in bindings.items()})
         TypeInferContext().infer(callee)
-        outer, self.bindings = self.bindings, bindings
-        try:
-            frame = _Frame(None, dict(zip(callee.params, args, strict=True)))
-            return self.value(callee.body, frame)
-        finally:
-            self.bindings = outer
+        return callee, bindings
 
     def _constant(self, node: Constant) -> Any:
         if isinstance(node.type.layout, ShardLayout):

@@ -154,6 +154,16 @@ def _find_views(fn: Function) -> Refinement:
     return refine(meshes, f"SPMD exit: {fn.name}", EXIT)
 
 
+class _Inlining:
+    """One body being lowered on `_Emitter.lower`'s explicit stack: its work stack, its values,
+    and the @func call it waits on while the callee's body is lowered."""
+
+    def __init__(self, root: Expr, values: dict[Expr, Operand]):
+        self.root, self.values = root, values
+        self.stack: list[tuple[Expr, bool]] = [(root, False)]
+        self.waiting: Expr | None = None
+
+
 class _Emitter:
     """Lowers one function body (and everything inlined into it) onto one device body."""
 
@@ -162,7 +172,32 @@ class _Emitter:
         self.reads_memo: dict[Expr, frozenset[Var]] = {}
 
     def lower(self, root: Expr, values: dict[Expr, Operand]) -> Operand:
-        stack: list[tuple[Expr, bool]] = [(root, False)]
+        """Lower `root` given `values`. A @func call is inlined without recursion: the callee's
+        body becomes a new entry on an explicit stack and the caller resumes with its result,
+        so a deep chain of nested calls costs no Python frames (issue 20)."""
+        pending = [_Inlining(root, values)]
+        try:
+            while True:
+                current = pending[-1]
+                callee = self._advance(current)
+                if callee is not None:
+                    pending.append(callee)
+                    continue
+                pending.pop()
+                result = current.values[current.root]
+                if not pending:
+                    return result
+                caller = pending[-1]
+                caller.values[caller.waiting] = result
+        except VerifyError as err:  # unlocated inside a callee: located at the innermost call
+            for caller in reversed(pending[:-1]):
+                err = err.with_location(source_span(caller.waiting))
+            raise err from None
+
+    def _advance(self, at: _Inlining) -> _Inlining | None:
+        """Lower `at` until done (None) or until a @func call needs its callee's body lowered
+        first (returns the callee's entry; `at.waiting` is the call)."""
+        stack, values = at.stack, at.values
         while stack:
             node, expanded = stack.pop()
             if node in values:
@@ -183,11 +218,18 @@ class _Emitter:
                 stack.extend((c, False) for c in reversed(all_operands(node)) if c not in values)
                 continue
             try:
+                if isinstance(node, Call) and isinstance(node.target, Function):
+                    callee = elaborate(node.target, tuple(a.type for a in node.args))
+                    if callee.body is None:
+                        callee = select_variant(callee, bindings=dict(self.lw.bindings or {}))
+                    args = tuple(values[a] for a in node.args)
+                    at.waiting = node
+                    return _Inlining(callee.body, dict(zip(callee.params, args, strict=True)))
                 self.body.current = node
                 values[node] = self.lower_node(node, values)
             except VerifyError as err:  # every refusal names the line of the op it refuses
                 raise err.with_location(source_span(node)) from None
-        return values[root]
+        return None
 
     def lower_loop(self, loop: GridRegionExpr, values: dict[Expr, Operand]) -> Operand:
         """One per-device `stablehlo.while`: the carries are each device's blocks, so the
@@ -256,11 +298,6 @@ class _Emitter:
             inner = dict(zip(node.target.inputs, args, strict=True))
             results = tuple(self.lower(output, inner) for output in node.target.outputs)
             return results[0] if len(results) == 1 else results
-        if isinstance(node.target, Function):
-            callee = elaborate(node.target, tuple(a.type for a in node.args))
-            if callee.body is None:
-                callee = select_variant(callee, bindings=dict(self.lw.bindings or {}))
-            return self.lower(callee.body, dict(zip(callee.params, args, strict=True)))
         raise UnsupportedError(f"SPMD exit: {type(node).__name__} has no per-device lowering")
 
     def global_shape(self, type_: TensorType) -> tuple[int, ...]:

@@ -50,15 +50,9 @@ def elaborate(callee: Function, arg_types: Sequence[Type]) -> Function:
     """The concrete Function a call of `callee` with `arg_types` targets (hir §1.1)."""
     if not isinstance(callee, Function):
         raise VerifyError(f"elaborate: the callee must be a Function, got {callee!r}")
-    bound = bind_arguments(callee.name, callee.params, tuple(arg_types))
-    if callee.body is None:
-        if not callee.variants:
-            raise VerifyError(
-                f"Function {callee.name}: has no body and no variants, so it cannot be called"
-            )
-        return callee
-    if bound == tuple(p.type for p in callee.params):
-        return callee
+    done, bound = _unchanged(callee, arg_types)
+    if done is not None:
+        return done
     memo = _SESSION.get()
     if memo is None:
         with ElaborationSession() as session:
@@ -66,23 +60,72 @@ def elaborate(callee: Function, arg_types: Sequence[Type]) -> Function:
     return _memoized(memo, callee, bound)
 
 
+def _unchanged(callee: Function, arg_types: Sequence[Type]) -> tuple[Function | None, tuple]:
+    """(`callee` itself when the call rebuilds nothing, else None; the bound parameter types)."""
+    bound = bind_arguments(callee.name, callee.params, tuple(arg_types))
+    if callee.body is None:
+        if not callee.variants:
+            raise VerifyError(
+                f"Function {callee.name}: has no body and no variants, so it cannot be called"
+            )
+        return callee, bound
+    if bound == tuple(p.type for p in callee.params):
+        return callee, bound
+    return None, bound
+
+
+class _NeedsElaboration(Exception):
+    """Raised by a rebuild that reached a call whose callee is not elaborated yet: the callee
+    is elaborated first (on `_memoized`'s explicit stack) and the rebuild then resumes."""
+
+    def __init__(self, key: tuple[Function, tuple]):
+        super().__init__(key[0].name)
+        self.key = key
+
+
 def _memoized(memo: dict, callee: Function, bound: tuple[Type, ...]) -> Function:
+    """The instance for (callee, bound), elaborating every callee it needs first without
+    recursion: a chain of 2,000 nested calls costs no Python frames per level (issue 20)."""
     key = (callee, bound)
-    instance = memo.get(key)
-    if instance is None:
-        instance = memo[key] = _reconstruct(callee, bound)
-    return instance
+    pending = [key]
+    rebuilds: dict[tuple, _Rebuilder] = {}
+    while pending and key not in memo:
+        top = pending[-1]
+        if top in memo:
+            pending.pop()
+            continue
+        if top not in rebuilds:
+            rebuilds[top] = _start(top[0], top[1], memo)
+        try:
+            memo[top] = _finish(rebuilds[top])
+        except _NeedsElaboration as need:
+            if need.key in pending:
+                raise VerifyError(
+                    f"Function {need.key[0].name}: calls itself; recursion is not supported",
+                    location=source_span(need.key[0]),
+                ) from None
+            pending.append(need.key)
+            continue
+        del rebuilds[top]
+        pending.pop()
+    return memo[key]
 
 
-def _reconstruct(callee: Function, bound: tuple[Type, ...]) -> Function:
+def _start(callee: Function, bound: tuple[Type, ...], memo: dict) -> _Rebuilder:
     ctx = TypeInferContext()
     params = tuple(
         Var(p.name, t, metadata=p.metadata) for p, t in zip(callee.params, bound, strict=True)
     )
-    rebuilder = _Rebuilder(callee, ctx, dict(zip(callee.params, params, strict=True)))
+    return _Rebuilder(callee, ctx, dict(zip(callee.params, params, strict=True)), memo)
+
+
+def _finish(rebuilder: _Rebuilder) -> Function:
+    """Rebuild (or resume rebuilding) the body; raises _NeedsElaboration for a callee first."""
+    callee, ctx = rebuilder.fn, rebuilder.ctx
     body = rebuilder.rebuild(callee.body)
     body_type = ctx.infer(body)
     _check_return(callee, body_type)
+    params = tuple(rebuilder.memo[p] for p in callee.params)
     return Function(
         callee.name,
         params,
@@ -107,10 +150,14 @@ def _check_return(fn: Function, body_type: Type) -> None:
 class _Rebuilder:
     """Copies a body DAG under new parameter Vars, preserving sharing, typing each copy once."""
 
-    def __init__(self, fn: Function, ctx: TypeInferContext, mapping: dict[Expr, Expr]):
+    def __init__(
+        self, fn: Function, ctx: TypeInferContext, mapping: dict[Expr, Expr], elaborated: dict
+    ):
         self.fn = fn
         self.ctx = ctx
         self.memo = mapping
+        self.elaborated = elaborated
+        """The session's (callee, bound types) -> instance memo, where callees are looked up."""
 
     def rebuild(self, root: Expr) -> Expr:
         stack: list[tuple[Expr, bool]] = [(root, False)]
@@ -132,7 +179,12 @@ class _Rebuilder:
             args = tuple(self.memo[a] for a in node.args)
             target = node.target
             if isinstance(target, Function):
-                target = elaborate(target, tuple(self.ctx.infer(a) for a in args))
+                done, bound = _unchanged(target, tuple(self.ctx.infer(a) for a in args))
+                if done is None:
+                    done = self.elaborated.get((target, bound))
+                if done is None:
+                    raise _NeedsElaboration((target, bound))
+                target = done
             return Call(target, args, metadata=node.metadata)
         if isinstance(node, Tuple):
             return Tuple(tuple(self.memo[e] for e in node.elements), metadata=node.metadata)
@@ -150,15 +202,14 @@ class _Rebuilder:
 
     def _copy_grid(self, node: GridRegionExpr) -> GridRegionExpr:
         inits = tuple(self.memo[e] for e in node.init_args)
-        induction = Var(
-            node.induction_var.name, node.induction_var.type, node.induction_var.metadata
-        )
-        phis = tuple(
-            Var(phi.name, self.ctx.infer(init), phi.metadata)
-            for phi, init in zip(node.carried_args, inits, strict=True)
-        )
-        self.memo[node.induction_var] = induction
-        self.memo.update(zip(node.carried_args, phis, strict=True))
+        if node.induction_var not in self.memo:  # else a rebuild resumed after a callee
+            self.memo[node.induction_var] = Var(
+                node.induction_var.name, node.induction_var.type, node.induction_var.metadata
+            )
+            for phi, init in zip(node.carried_args, inits, strict=True):
+                self.memo[phi] = Var(phi.name, self.ctx.infer(init), phi.metadata)
+        induction = self.memo[node.induction_var]
+        phis = tuple(self.memo[phi] for phi in node.carried_args)
         body = self.rebuild(node.body)
         yields = tuple(self.rebuild(y) for y in node.yield_values)
         return GridRegionExpr(

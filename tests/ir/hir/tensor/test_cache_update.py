@@ -185,7 +185,7 @@ def test_writes_the_first_s_positions_of_new():
     ],
 )
 def test_runtime_interval_checks_are_eval_errors(cur_pos, s):
-    with pytest.raises(EvalError, match="CacheUpdate: writing"):
+    with pytest.raises(EvalError, match=rf"CacheUpdate: writing {s} positions at {cur_pos} needs"):
         run(np.zeros((1, 5, 1, 2)), cur_pos, s, np.ones((1, 3, 1, 2)))
 
 

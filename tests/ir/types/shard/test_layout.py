@@ -118,7 +118,7 @@ def test_apply_matches_pycute_with_tuple_and_1d_coordinates():
 
 
 def test_incongruent_coordinates_are_refused():
-    with pytest.raises(VerifyError, match="crd2idx"):
+    with pytest.raises(VerifyError, match=r"crd2idx: coordinate \(1, 2, 3\) is not congruent"):
         Layout((4, 8), (8, 1))((1, 2, 3))
 
 
