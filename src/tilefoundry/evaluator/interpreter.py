@@ -37,7 +37,7 @@ from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_spa
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
 from tilefoundry.ir.hir.footprint import MEMORY_ENV, check_memory
 from tilefoundry.ir.hir.signature import Bindings, check_arguments
-from tilefoundry.ir.hir.walk import block_operands
+from tilefoundry.ir.hir.walk import block_operands, run_suspended_walks
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
 from tilefoundry.ir.types.shard import ShardLayout
 from tilefoundry.visitor_registry import TypeInferContext
@@ -200,18 +200,12 @@ class Interpreter:
             plan = self._plans[root]
             if plan is not None:
                 return self._run(plan, frame)
-        activations = [self._activation(root, frame)]
-        while True:
-            current = activations[-1]
-            callee = self._advance(current)
-            if callee is not None:
-                activations.append(callee)
-                continue
-            activations.pop()
-            result = current.result(self)
-            if not activations:
-                return result
-            activations[-1].returned(result)
+        return run_suspended_walks(
+            [self._activation(root, frame)],
+            self._advance,
+            lambda done: done.result(self),
+            _Activation.returned,
+        )
 
     def _activation(self, root: Expr, frame: _Frame) -> _Activation:
         remaining = self._remaining_reads(root) if frame.loop_vars is None else None

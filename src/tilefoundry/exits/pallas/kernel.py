@@ -29,7 +29,7 @@ from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_spa
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
 from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.hir.signature import bind_dim_vars
-from tilefoundry.ir.hir.walk import all_operands, block_operands, iter_nodes
+from tilefoundry.ir.hir.walk import all_operands, block_operands, iter_nodes, run_suspended_walks
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
 from tilefoundry.visitor_registry import (
@@ -70,6 +70,10 @@ class _Inlining:
         self.root, self.frame, self.bindings = root, frame, bindings
         self.stack: list[tuple[Expr, bool]] = [(root, False)]
         self.waiting: Expr | None = None
+
+    def returned(self, result: Any) -> None:
+        """The callee this body waited on is traced: its result is the call's value."""
+        self.frame.memo[self.waiting] = result
 
 
 class KernelBody:
@@ -126,21 +130,13 @@ class KernelBody:
         new entry on an explicit stack (with its own DimVar bindings) and the caller resumes
         with its result, so deep chains of nested calls cost no Python frames (issue 20)."""
         outer = self.bindings
-        pending = [_Inlining(root, frame, outer)]
         try:
-            while True:
-                current = pending[-1]
-                self.bindings = current.bindings
-                callee = self._advance(current)
-                if callee is not None:
-                    pending.append(callee)
-                    continue
-                pending.pop()
-                result = current.frame.find(current.root)[1]
-                if not pending:
-                    return result
-                caller = pending[-1]
-                caller.frame.memo[caller.waiting] = result
+            return run_suspended_walks(
+                [_Inlining(root, frame, outer)],
+                self._advance,
+                lambda done: done.frame.find(done.root)[1],
+                _Inlining.returned,
+            )
         finally:
             self.bindings = outer
 
@@ -148,6 +144,7 @@ class KernelBody:
         """Trace `at` until done (None) or until a @func call needs its callee traced first
         (returns the callee's entry; `at.waiting` is the call)."""
         stack, frame = at.stack, at.frame
+        self.bindings = at.bindings  # DimVars resolve in the body being traced
         while stack:
             node, expanded = stack.pop()
             if frame.find(node)[0]:

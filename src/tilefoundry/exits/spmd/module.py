@@ -54,7 +54,7 @@ from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_spa
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
 from tilefoundry.ir.hir.grid_region import INDUCTION_TYPE
 from tilefoundry.ir.hir.op_support import mesh_axis_label
-from tilefoundry.ir.hir.walk import all_operands
+from tilefoundry.ir.hir.walk import all_operands, run_suspended_walks
 from tilefoundry.ir.lowering.builder import Lowering
 from tilefoundry.ir.lowering.mlir_text import dense_literal
 from tilefoundry.ir.types import TensorType, TupleType, Type, i64
@@ -163,6 +163,10 @@ class _Inlining:
         self.stack: list[tuple[Expr, bool]] = [(root, False)]
         self.waiting: Expr | None = None
 
+    def returned(self, result: Operand) -> None:
+        """The callee this body waited on is lowered: its result is the call's value."""
+        self.values[self.waiting] = result
+
 
 class _Emitter:
     """Lowers one function body (and everything inlined into it) onto one device body."""
@@ -177,18 +181,9 @@ class _Emitter:
         so a deep chain of nested calls costs no Python frames (issue 20)."""
         pending = [_Inlining(root, values)]
         try:
-            while True:
-                current = pending[-1]
-                callee = self._advance(current)
-                if callee is not None:
-                    pending.append(callee)
-                    continue
-                pending.pop()
-                result = current.values[current.root]
-                if not pending:
-                    return result
-                caller = pending[-1]
-                caller.values[caller.waiting] = result
+            return run_suspended_walks(
+                pending, self._advance, lambda done: done.values[done.root], _Inlining.returned
+            )
         except VerifyError as err:  # unlocated inside a callee: located at the innermost call
             for caller in reversed(pending[:-1]):
                 err = err.with_location(source_span(caller.waiting))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Call, Expr, Tuple, source_span
@@ -31,6 +31,33 @@ def all_operands(node: Expr) -> tuple[Expr, ...]:
     if isinstance(node, GridRegionExpr):
         return (*node.init_args, node.body, *node.yield_values)
     return block_operands(node)
+
+
+_Walk = TypeVar("_Walk")
+
+
+def run_suspended_walks(
+    pending: list[_Walk],
+    advance: Callable[[_Walk], _Walk | None],
+    finish: Callable[[_Walk], Any],
+    resume: Callable[[_Walk, Any], None],
+) -> Any:
+    """Drive nested @func calls without recursion (issue 20): `advance(walk)` walks until it is
+    done (None) or needs a callee's result (returns the callee's walk, pushed on `pending`);
+    a finished walk's `finish` result is handed to its caller by `resume(caller, result)`; the
+    outermost walk's result is returned. The depth of nested calls costs heap, not Python
+    frames. `pending` is the caller's list, so an error handler can read the calls in flight."""
+    while True:
+        current = pending[-1]
+        callee = advance(current)
+        if callee is not None:
+            pending.append(callee)
+            continue
+        pending.pop()
+        result = finish(current)
+        if not pending:
+            return result
+        resume(pending[-1], result)
 
 
 def iter_nodes(root: Expr) -> Iterator[Expr]:
