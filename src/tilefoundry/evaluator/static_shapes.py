@@ -25,13 +25,7 @@ def bind(fn: Function, values: Sequence[Any]) -> Bindings:
     takes the general one, and its messages)."""
     entry = _STATIC_SHAPES.get(id(fn))
     if entry is None or entry[0] is not fn:
-        shapes = tuple(
-            tuple(p.type.shape)
-            if isinstance(p.type, TensorType) and all(isinstance(d, int) for d in p.type.shape)
-            else None
-            for p in fn.params
-        )
-        entry = (fn, None if None in shapes else shapes)
+        entry = (fn, static_shapes(fn))
         if len(_STATIC_SHAPES) >= _LIMIT:
             _STATIC_SHAPES.clear()
         _STATIC_SHAPES[id(fn)] = entry
@@ -43,17 +37,25 @@ def bind(fn: Function, values: Sequence[Any]) -> Bindings:
     return bind_dim_vars(fn.name, fn.params, [shape_of(v) for v in values])
 
 
-def static_signature(fn: Function) -> tuple[tuple[tuple[int, ...], np.dtype], ...] | None:
-    """(shape, numpy dtype) per parameter, or None when some parameter is not a tensor of
-    static shape with a supported dtype (the general check then says what is wrong)."""
-    signature = []
+def static_shapes(fn: Function) -> tuple[tuple[int, ...], ...] | None:
+    """Each parameter's shape, or None when some parameter is not a tensor of static shape."""
+    shapes = []
     for param in fn.params:
         type_ = param.type
         if not isinstance(type_, TensorType) or not all(isinstance(d, int) for d in type_.shape):
             return None
-        try:
-            dtype = check_dtype(type_.dtype, "evaluate")
-        except UnsupportedError:
-            return None
-        signature.append((tuple(type_.shape), dtype))
-    return tuple(signature)
+        shapes.append(tuple(type_.shape))
+    return tuple(shapes)
+
+
+def static_signature(fn: Function) -> tuple[tuple[tuple[int, ...], np.dtype], ...] | None:
+    """(shape, numpy dtype) per parameter, or None when some parameter is not a tensor of
+    static shape with a supported dtype (the general check then says what is wrong)."""
+    shapes = static_shapes(fn)
+    if shapes is None:
+        return None
+    try:
+        dtypes = [check_dtype(p.type.dtype, "evaluate") for p in fn.params]
+    except UnsupportedError:
+        return None
+    return tuple(zip(shapes, dtypes, strict=True))
