@@ -14,7 +14,7 @@ from functools import cache
 
 from tilefoundry.errors import VerifyError
 from tilefoundry.frontend.calls import SurfaceOp
-from tilefoundry.visitor_registry import surface_entry, surface_names
+from tilefoundry.rules import surface_entry, surface_names
 
 OP_NAMESPACES = ("math", "tensor", "nn", "shape", "sharding")
 

@@ -18,7 +18,7 @@ from tilefoundry.frontend import parse_source
 from tilefoundry.ir.hir.math.binary import Binary
 from tilefoundry.ir.hir.math.unary import Unary
 from tilefoundry.ir.hir.nn.softmax import SoftMax
-from tilefoundry.visitor_registry import EVAL_INTO
+from tilefoundry.rules import EVAL_INTO
 
 SOURCE = """
 from tilefoundry.dsl import tf

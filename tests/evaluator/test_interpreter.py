@@ -17,7 +17,7 @@ from tilefoundry.ir.hir.nn.matmul import MatMul
 from tilefoundry.ir.hir.tensor.cast import Cast
 from tilefoundry.ir.types import DimVar, bf16, f4e2m1, f32, fp8e4m3, i32, make_tensor_type
 from tilefoundry.ir.types.shard import Layout
-from tilefoundry.visitor_registry import register_eval, register_typeinfer
+from tilefoundry.rules import register_eval, register_typeinfer
 
 ADD = Binary(kind=BinaryKind.ADD)
 MUL = Binary(kind=BinaryKind.MUL)

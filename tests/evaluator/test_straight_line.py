@@ -19,7 +19,7 @@ from passes.random_programs import random_arguments, random_function
 from tilefoundry.evaluator import evaluate
 from tilefoundry.evaluator import interpreter as interpreter_module
 from tilefoundry.passes import compile
-from tilefoundry.visitor_registry import EVAL_INTO
+from tilefoundry.rules import EVAL_INTO
 
 
 def _fields(value) -> tuple:

@@ -15,7 +15,7 @@ from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import propagate, result_storage, tensor_operands
 from tilefoundry.ir.hir.tensor import Reduce, ReduceKind
 from tilefoundry.ir.types import TensorType
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     ACCESS_RELATION,
     EVAL,
     TYPEINFER,
@@ -24,8 +24,8 @@ from tilefoundry.visitor_registry import (
     register_sharded_eval,
     register_typeinfer,
 )
+from tilefoundry.rules.validation_samples import Operand, Sample
 from tilefoundry.visitor_registry.access_relation import elementwise_relations
-from tilefoundry.visitor_registry.validation_samples import Operand, Sample
 
 
 class AbsKeepsPartials(Op):

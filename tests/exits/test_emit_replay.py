@@ -14,12 +14,8 @@ from tilefoundry.ir.hir.nn.softmax import SoftMax
 from tilefoundry.ir.lowering.builder import Lowering
 from tilefoundry.ir.lowering.replay import lower_cached
 from tilefoundry.ir.types import f32, make_tensor_type
-from tilefoundry.visitor_registry import (
-    STABLEHLO,
-    TypeInferContext,
-    register_stablehlo,
-    register_typeinfer,
-)
+from tilefoundry.rules import STABLEHLO, register_stablehlo, register_typeinfer
+from tilefoundry.visitor_registry import TypeInferContext
 
 T = make_tensor_type((2, 8), f32)
 

@@ -72,7 +72,7 @@ from tilefoundry.ir.types import (
     u64,
 )
 from tilefoundry.ir.types.shard import Split, make_mesh
-from tilefoundry.visitor_registry import STABLEHLO, TYPEINFER
+from tilefoundry.rules import STABLEHLO, TYPEINFER
 
 pytest.importorskip("jax", reason="the StableHLO toolchain tests need jax[lib]")
 

@@ -4,7 +4,7 @@ complete-effect reduction whose op names no combiner (it may not guess one)."""
 from __future__ import annotations
 
 from tilefoundry.ir.hir.tensor.reduce import Reduce
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     ACCESS_RELATION,
     EVAL,
     TYPEINFER,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.types import TensorType, TupleType
 from tilefoundry.ir.types.shard import ShardLayout
-from tilefoundry.visitor_registry import register_stablehlo, register_typeinfer
+from tilefoundry.rules import register_stablehlo, register_typeinfer
 
 
 class Ident(Op):

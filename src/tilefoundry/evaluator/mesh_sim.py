@@ -44,7 +44,7 @@ from tilefoundry.ir.core import Op
 from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.types import TupleType, Type
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
-from tilefoundry.visitor_registry import EVAL, SHARDED_EVAL
+from tilefoundry.rules import EVAL, SHARDED_EVAL
 from tilefoundry.visitor_registry.block_plan import ArgView, Block, BlockPlan, Engine, Kind
 from tilefoundry.visitor_registry.mesh_views import refine
 from tilefoundry.visitor_registry.shard_reading import AxisSplit, axis_splits

@@ -26,7 +26,7 @@ from tilefoundry.evaluator.dtypes import check_type_dtypes
 from tilefoundry.evaluator.values import is_replicated_type
 from tilefoundry.ir.core import Call, Expr
 from tilefoundry.ir.types import TensorType, TupleType, Type
-from tilefoundry.visitor_registry import EVAL, EVAL_INTO
+from tilefoundry.rules import EVAL, EVAL_INTO
 
 
 def _is_static(type_: Type) -> bool:

@@ -20,7 +20,7 @@ from tilefoundry.evaluator.values import MeshValue, devices
 from tilefoundry.ir.core import Op
 from tilefoundry.ir.types import TensorType, TupleType, Type
 from tilefoundry.ir.types.shard import ShardLayout
-from tilefoundry.visitor_registry import EVAL
+from tilefoundry.rules import EVAL
 
 
 def _static_shape(type_: TensorType, what: str) -> tuple[int, ...]:

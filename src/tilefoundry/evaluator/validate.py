@@ -29,8 +29,8 @@ from rich.table import Table
 
 from tilefoundry.evaluator.validation_checks import Report, SampleRun, Settings, Tally
 from tilefoundry.ir.core import Op
-from tilefoundry.visitor_registry import TYPEINFER, VALIDATION_SAMPLES
-from tilefoundry.visitor_registry.validation_samples import Sample
+from tilefoundry.rules import TYPEINFER, VALIDATION_SAMPLES
+from tilefoundry.rules.validation_samples import Sample
 
 _UNREGISTERED = "not sampled: missing (the op registers no validation samples)"
 

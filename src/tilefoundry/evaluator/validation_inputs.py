@@ -28,7 +28,7 @@ from tilefoundry.evaluator.collectives import Coord
 from tilefoundry.evaluator.values import as_index, axis_indices, devices, index_key
 from tilefoundry.ir.types import TensorType
 from tilefoundry.ir.types.shard import Partial, ShardLayout
-from tilefoundry.visitor_registry.validation_samples import Domain
+from tilefoundry.rules.validation_samples import Domain
 
 REDRAWS = 8
 

@@ -31,7 +31,7 @@ from tilefoundry.ir.lowering.mlir_text import (
 )
 from tilefoundry.ir.lowering.replay import lower_cached
 from tilefoundry.ir.types import TensorType, TupleType, Type, i64, resolve_dim
-from tilefoundry.visitor_registry import STABLEHLO
+from tilefoundry.rules import STABLEHLO
 
 STABLEHLO_TARGET_VERSION = "1.13.0"
 """The StableHLO version every emitted module is pinned to: recorded as a module attribute, and the

@@ -34,7 +34,8 @@ from tilefoundry.ir.hir import Function, elaborate
 from tilefoundry.ir.types import TensorType, f32
 from tilefoundry.ir.types.shard import Mesh, MeshAxis, Partial
 from tilefoundry.ir.types.shard.sugar import SplitSugar
-from tilefoundry.visitor_registry import TypeInferContext, surface_entry
+from tilefoundry.rules import surface_entry
+from tilefoundry.visitor_registry import TypeInferContext
 
 
 class TileWindow:

@@ -23,7 +23,7 @@ from tilefoundry.ir.types import TensorType, TupleType, format_dim, is_static
 from tilefoundry.ir.types.shard import Broadcast, Partial, ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten
 from tilefoundry.passes.graph import post_order
-from tilefoundry.visitor_registry import surface_entry
+from tilefoundry.rules import surface_entry
 from tilefoundry.visitor_registry.block_plan import ArgView, BlockPlan, Engine, Kind
 from tilefoundry.visitor_registry.reshard_plan import (
     AllGather,

@@ -34,7 +34,8 @@ from tilefoundry.passes.fusion_rules import (
     should_fuse,
 )
 from tilefoundry.passes.graph import Rebuilder, copy_call, post_order, type_bytes, users
-from tilefoundry.visitor_registry import FusionKind, TypeInferContext
+from tilefoundry.rules import FusionKind
+from tilefoundry.visitor_registry import TypeInferContext
 
 
 @dataclass(frozen=True)

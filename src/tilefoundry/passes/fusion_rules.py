@@ -36,7 +36,7 @@ from tilefoundry.ir.core import Call, Constant, Expr, Op, Var
 from tilefoundry.ir.types import StorageKind, TensorType, UnitType
 from tilefoundry.ir.types.shard import ShardLayout
 from tilefoundry.passes.graph import type_bytes
-from tilefoundry.visitor_registry import FUSION, FusionKind
+from tilefoundry.rules import FUSION, FusionKind
 
 ROOT_KINDS = frozenset({FusionKind.REDUCTION, FusionKind.CONTRACTION})
 ALWAYS_VIEW_LIKE = frozenset({"BroadcastTo", "DynamicSlice", "Reshape", "Slice"})

@@ -27,12 +27,8 @@ from tilefoundry.ir.core import Call, Constant, Expr, SourceSpan, get_metadata
 from tilefoundry.ir.types import DType, StorageKind, TensorType
 from tilefoundry.passes.fusion_rules import fusion_kind, is_inlined_literal
 from tilefoundry.passes.graph import Rebuilder, copy_call, typed_node
-from tilefoundry.visitor_registry import (
-    ACCESS_RELATION,
-    FusionKind,
-    TypeInferContext,
-    surface_entry,
-)
+from tilefoundry.rules import ACCESS_RELATION, FusionKind, surface_entry
+from tilefoundry.visitor_registry import TypeInferContext
 from tilefoundry.visitor_registry.access_relation import identity_access
 
 

@@ -21,7 +21,8 @@ from tilefoundry.passes.fusion_rules import (
     view_like,
 )
 from tilefoundry.passes.graph import post_order, users
-from tilefoundry.visitor_registry import FusionKind, describe
+from tilefoundry.rules import FusionKind
+from tilefoundry.visitor_registry import describe
 
 Fail = Callable[[Expr, str], NoReturn]
 

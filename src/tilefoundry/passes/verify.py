@@ -24,7 +24,8 @@ from tilefoundry.passes.fusion_rules import fusion_kind
 from tilefoundry.passes.graph import post_order
 from tilefoundry.passes.legalize import adopted_literals
 from tilefoundry.passes.region_check import check_region
-from tilefoundry.visitor_registry import FusionKind, TypeInferContext, describe
+from tilefoundry.rules import FusionKind
+from tilefoundry.visitor_registry import TypeInferContext, describe
 
 TIERS = ("hir", "tensor")
 MAX_ELEMENTS = 2**62

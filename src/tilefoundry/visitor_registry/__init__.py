@@ -4,8 +4,8 @@ Engines (typeinfer, evaluator, emitter, fusion) import this package, never an op
 modules register their rules here by decorator when they are imported.
 """
 
-from tilefoundry.visitor_registry.fusion_kind import FusionKind
-from tilefoundry.visitor_registry.registry import (
+from tilefoundry.rules.fusion_kind import FusionKind
+from tilefoundry.rules.registry import (
     ACCESS_RELATION,
     CALLEE_TYPEINFER,
     EVAL,
@@ -35,12 +35,7 @@ from tilefoundry.visitor_registry.registry import (
     register_validation_samples,
     registered,
 )
-from tilefoundry.visitor_registry.surface import (
-    SurfaceEntry,
-    register_surface,
-    surface_entry,
-    surface_names,
-)
+from tilefoundry.rules.surface import SurfaceEntry, register_surface, surface_entry, surface_names
 from tilefoundry.visitor_registry.typeinfer import TypeInferContext, describe, typeinfer_call
 
 __all__ = [

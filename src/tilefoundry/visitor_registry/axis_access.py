@@ -15,7 +15,7 @@ import islpy as isl
 
 from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.ir.core import Op
-from tilefoundry.visitor_registry import ACCESS_RELATION
+from tilefoundry.rules import ACCESS_RELATION
 from tilefoundry.visitor_registry.access_relation import AccessRelations, AffineAccess
 from tilefoundry.visitor_registry.access_structure import AxisAccess, map_axes
 

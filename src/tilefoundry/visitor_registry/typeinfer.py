@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
 from tilefoundry.ir.types import TupleType, Type, UnitType, is_type
-from tilefoundry.visitor_registry.registry import CALLEE_TYPEINFER, TYPEINFER, register_typeinfer
+from tilefoundry.rules.registry import CALLEE_TYPEINFER, TYPEINFER, register_typeinfer
 
 
 def describe(node: Any) -> str:

@@ -10,16 +10,16 @@ import pytest
 from tilefoundry.evaluator.validation_inputs import draw_truth
 from tilefoundry.exits.pallas.namespace import KernelNamespace
 from tilefoundry.ir.types import TensorType, TupleType
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     EVAL,
     PALLAS,
     PALLAS_SHARDED,
     SHARDED_EVAL,
     STABLEHLO,
     VALIDATION_SAMPLES,
-    typeinfer_call,
 )
-from tilefoundry.visitor_registry.validation_samples import TupleOperand
+from tilefoundry.rules.validation_samples import TupleOperand
+from tilefoundry.visitor_registry import typeinfer_call
 
 NO_PALLAS_RULE = (
     "CacheUpdate",

@@ -8,7 +8,7 @@ SHARDED_EVAL rule for the mesh simulation; the SPMD exit must then carry out the
 through an SPMD_LOWERING rule, or the program the simulator runs is refused on devices.
 """
 
-from tilefoundry.visitor_registry import SHARDED_EVAL, SPMD_LOWERING
+from tilefoundry.rules import SHARDED_EVAL, SPMD_LOWERING
 
 REFUSED_AT_THE_SPMD_EXIT: dict[str, str] = {}
 """Ops with mesh semantics that the SPMD exit refuses, each with why (sorted by name). Empty:

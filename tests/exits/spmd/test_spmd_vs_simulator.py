@@ -11,7 +11,7 @@ combinations no program can express (counted, and printed with the totals).
 import pytest
 
 from exits.spmd import spmd_property
-from tilefoundry.visitor_registry import SHARDED_EVAL, VALIDATION_SAMPLES
+from tilefoundry.rules import SHARDED_EVAL, VALIDATION_SAMPLES
 
 pytest.importorskip("jax", reason="the SPMD exit tests need jax[lib]")
 

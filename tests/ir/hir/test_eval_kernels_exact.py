@@ -18,7 +18,7 @@ from tilefoundry.ir.hir.nn.activations import Sigmoid, Silu
 from tilefoundry.ir.hir.nn.norms import LayerNorm, RMSNorm
 from tilefoundry.ir.hir.nn.softmax import SoftMax
 from tilefoundry.ir.types import bf16, f32, f64, make_tensor_type
-from tilefoundry.visitor_registry import EVAL, EVAL_INTO
+from tilefoundry.rules import EVAL, EVAL_INTO
 
 EDGES = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 88.7, -88.7, 100.0, -100.0, -104.0]
 EDGES += [-110.0, 3e38, -3e38, 1.0, -1.0, 20.0, -20.0]

@@ -10,7 +10,7 @@ import pytest
 
 import tilefoundry.ir.hir  # noqa: F401  (importing HIR registers every op module)
 from tilefoundry.ir.core import Op
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     ACCESS_RELATION,
     EVAL,
     FUSION,

@@ -32,13 +32,8 @@ from tilefoundry.ir.hir.signature import bind_dim_vars
 from tilefoundry.ir.hir.walk import all_operands, block_operands, iter_nodes, run_suspended_walks
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
-from tilefoundry.visitor_registry import (
-    PALLAS,
-    PALLAS_REF_READERS,
-    PALLAS_SHARDED,
-    SHARDED_EVAL,
-    TypeInferContext,
-)
+from tilefoundry.rules import PALLAS, PALLAS_REF_READERS, PALLAS_SHARDED, SHARDED_EVAL
+from tilefoundry.visitor_registry import TypeInferContext
 from tilefoundry.visitor_registry.block_plan import ArgView, BlockPlan, Engine, Kind
 from tilefoundry.visitor_registry.shard_reading import canonical_splits, pending_partials
 

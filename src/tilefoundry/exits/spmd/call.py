@@ -34,7 +34,7 @@ from tilefoundry.ir.lowering.replay import lower_cached
 from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TensorType, TupleType, Type, i32
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
-from tilefoundry.visitor_registry import ACCESS_RELATION, STABLEHLO
+from tilefoundry.rules import ACCESS_RELATION, STABLEHLO
 from tilefoundry.visitor_registry.block_plan import ArgView, BlockPlan, Engine, Kind
 from tilefoundry.visitor_registry.shard_reading import canonical_splits
 

@@ -59,7 +59,7 @@ from tilefoundry.ir.lowering.builder import Lowering
 from tilefoundry.ir.lowering.mlir_text import dense_literal
 from tilefoundry.ir.types import TensorType, TupleType, Type, i64
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
-from tilefoundry.visitor_registry import SHARDED_EVAL, SPMD_LOWERING
+from tilefoundry.rules import SHARDED_EVAL, SPMD_LOWERING
 from tilefoundry.visitor_registry.mesh_views import Refinement, refine
 from tilefoundry.visitor_registry.shard_reading import canonical_splits, pending_partials
 

@@ -21,11 +21,8 @@ from tilefoundry.ir.hir.grid_region import GridRegionExpr
 from tilefoundry.ir.hir.signature import bind_arguments, type_mismatch
 from tilefoundry.ir.hir.walk import block_operands, check_loop_bounds_bound
 from tilefoundry.ir.types import Type
-from tilefoundry.visitor_registry import (
-    TypeInferContext,
-    register_callee_typeinfer,
-    register_typeinfer,
-)
+from tilefoundry.rules import register_callee_typeinfer, register_typeinfer
+from tilefoundry.visitor_registry import TypeInferContext
 
 _SESSION: ContextVar[dict | None] = ContextVar("tilefoundry_elaboration_session", default=None)
 

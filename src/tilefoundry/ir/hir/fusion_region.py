@@ -23,7 +23,8 @@ from tilefoundry.ir.core import Expr, Metadata, Var
 from tilefoundry.ir.core.metadata import normalize_metadata
 from tilefoundry.ir.hir.signature import type_mismatch
 from tilefoundry.ir.types import CallableType, TupleType, Type
-from tilefoundry.visitor_registry import TypeInferContext, register_callee_typeinfer
+from tilefoundry.rules import register_callee_typeinfer
+from tilefoundry.visitor_registry import TypeInferContext
 
 REGION_KINDS = ("loop", "reduction", "contraction")
 """`loop`: elementwise/view ops only; otherwise named after the region's single root."""

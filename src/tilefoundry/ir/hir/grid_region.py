@@ -25,7 +25,8 @@ from tilefoundry.ir.types import (
     is_static,
     normalize_dim,
 )
-from tilefoundry.visitor_registry import TypeInferContext, register_typeinfer
+from tilefoundry.rules import register_typeinfer
+from tilefoundry.visitor_registry import TypeInferContext
 
 INDUCTION_TYPE = TensorType((), i64, storage=StorageKind.UMAT)
 """A loop induction variable is an i64 scalar whose residency is not decided (umat)."""

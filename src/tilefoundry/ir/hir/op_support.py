@@ -31,7 +31,7 @@ from tilefoundry.ir.core import Op
 from tilefoundry.ir.types import DType, StorageKind, TensorType, Type, f32, normalize_dim
 from tilefoundry.ir.types.shard import Mesh, ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten
-from tilefoundry.visitor_registry import ACCESS_RELATION
+from tilefoundry.rules import ACCESS_RELATION
 from tilefoundry.visitor_registry.access_relation import AccessRelations, broadcast_shapes
 from tilefoundry.visitor_registry.shard_propagate import derive_output_shard_layout
 from tilefoundry.visitor_registry.shard_reading import pending_partials

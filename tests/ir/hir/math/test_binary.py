@@ -22,7 +22,8 @@ from tilefoundry.ir.types import (
     make_tensor_type,
 )
 from tilefoundry.ir.types.shard import B, Partial, Split, make_mesh
-from tilefoundry.visitor_registry import EVAL, surface_entry, typeinfer_call
+from tilefoundry.rules import EVAL, surface_entry
+from tilefoundry.visitor_registry import typeinfer_call
 from tilefoundry.visitor_registry.access_relation import AccessRelations
 
 X = make_mesh((4,), ("x",))
@@ -243,7 +244,7 @@ def test_tuple_operand_is_refused():
 
 
 def test_relation_broadcasts_into_output_coordinates():
-    from tilefoundry.visitor_registry import ACCESS_RELATION
+    from tilefoundry.rules import ACCESS_RELATION
 
     relations = ACCESS_RELATION.lookup(Binary)(Binary(kind="add"), (t((4, 1)), t((8,))))
     assert isinstance(relations, AccessRelations)

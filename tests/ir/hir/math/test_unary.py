@@ -23,7 +23,8 @@ from tilefoundry.ir.types import (
     u8,
 )
 from tilefoundry.ir.types.shard import B, Partial, Split, make_mesh
-from tilefoundry.visitor_registry import EVAL, surface_entry, typeinfer_call
+from tilefoundry.rules import EVAL, surface_entry
+from tilefoundry.visitor_registry import typeinfer_call
 
 X = make_mesh((4,), ("x",))
 XY = make_mesh((2, 4), ("x", "y"))

@@ -21,7 +21,8 @@ from tilefoundry.ir.types import (
     make_tensor_type,
 )
 from tilefoundry.ir.types.shard import Broadcast, Partial, Split, make_mesh
-from tilefoundry.visitor_registry import ACCESS_RELATION, EVAL, surface_entry, typeinfer_call
+from tilefoundry.rules import ACCESS_RELATION, EVAL, surface_entry
+from tilefoundry.visitor_registry import typeinfer_call
 
 M1 = make_mesh((4,), ("x",))
 M2 = make_mesh((2, 4), ("x", "y"))

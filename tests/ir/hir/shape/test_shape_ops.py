@@ -21,7 +21,8 @@ from tilefoundry.ir.types import (
     u8,
 )
 from tilefoundry.ir.types.shard import B, P, S, make_mesh
-from tilefoundry.visitor_registry import EVAL, typeinfer_call
+from tilefoundry.rules import EVAL
+from tilefoundry.visitor_registry import typeinfer_call
 from tilefoundry.visitor_registry.access_structure import ConstantAxis
 
 X = make_mesh((4,), ("x",))

@@ -18,7 +18,8 @@ from tilefoundry.ir.types import (
     make_tensor_type,
 )
 from tilefoundry.ir.types.shard import B, P, S, make_mesh
-from tilefoundry.visitor_registry import ACCESS_RELATION, EVAL, surface_entry, typeinfer_call
+from tilefoundry.rules import ACCESS_RELATION, EVAL, surface_entry
+from tilefoundry.visitor_registry import typeinfer_call
 
 X = make_mesh((4,), ("x",))
 XY = make_mesh((2, 4), ("x", "y"))

@@ -25,7 +25,8 @@ from tilefoundry.ir.types import (
     make_tensor_type,
 )
 from tilefoundry.ir.types.shard import B, Layout, Partial, Split, make_mesh
-from tilefoundry.visitor_registry import EVAL, surface_entry, typeinfer_call
+from tilefoundry.rules import EVAL, surface_entry
+from tilefoundry.visitor_registry import typeinfer_call
 
 X = make_mesh((4,), ("x",))
 XY = make_mesh((2, 4), ("x", "y"))

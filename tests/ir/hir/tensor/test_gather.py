@@ -32,7 +32,8 @@ from tilefoundry.ir.types.shard import (
     ShardLayout,
     make_mesh,
 )
-from tilefoundry.visitor_registry import EVAL, typeinfer_call
+from tilefoundry.rules import EVAL
+from tilefoundry.visitor_registry import typeinfer_call
 
 X = make_mesh((4,), ("x",))
 XY = make_mesh((2, 4), ("x", "y"))

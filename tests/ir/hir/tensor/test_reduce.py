@@ -22,7 +22,8 @@ from tilefoundry.ir.types import (
     make_tensor_type,
 )
 from tilefoundry.ir.types.shard import B, ComposedLayout, Layout, P, S, ShardLayout, make_mesh
-from tilefoundry.visitor_registry import EVAL, surface_entry, typeinfer_call
+from tilefoundry.rules import EVAL, surface_entry
+from tilefoundry.visitor_registry import typeinfer_call
 from tilefoundry.visitor_registry.access_relation import reduction_dims
 
 X = make_mesh((4,), ("x",))
@@ -239,7 +240,7 @@ def test_kind_names_and_surface():
 
 
 def test_relation_reduces_the_listed_axes():
-    from tilefoundry.visitor_registry import ACCESS_RELATION
+    from tilefoundry.rules import ACCESS_RELATION
 
     relations = ACCESS_RELATION.lookup(Reduce)(red((0, -1), keepdim=False), (t((2, 3, 4)),))
     assert reduction_dims(relations) == frozenset({0, 2})

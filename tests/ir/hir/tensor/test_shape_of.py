@@ -18,7 +18,8 @@ from tilefoundry.ir.types import (
     make_tensor_type,
 )
 from tilefoundry.ir.types.shard import P, S, make_mesh
-from tilefoundry.visitor_registry import EVAL, typeinfer_call
+from tilefoundry.rules import EVAL
+from tilefoundry.visitor_registry import typeinfer_call
 from tilefoundry.visitor_registry.access_structure import PiecewiseAxis, Projection
 
 XY = make_mesh((2, 4), ("x", "y"))

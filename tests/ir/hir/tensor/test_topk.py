@@ -20,7 +20,8 @@ from tilefoundry.ir.types import (
     make_tensor_type,
 )
 from tilefoundry.ir.types.shard import B, Layout, P, S, ShardLayout, make_mesh
-from tilefoundry.visitor_registry import ACCESS_RELATION, EVAL, surface_entry, typeinfer_call
+from tilefoundry.rules import ACCESS_RELATION, EVAL, surface_entry
+from tilefoundry.visitor_registry import typeinfer_call
 from tilefoundry.visitor_registry.access_relation import reduction_dims
 
 X = make_mesh((4,), ("x",))

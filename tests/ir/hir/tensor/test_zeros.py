@@ -21,7 +21,8 @@ from tilefoundry.ir.types import (
     i32,
     make_tensor_type,
 )
-from tilefoundry.visitor_registry import ACCESS_RELATION, EVAL, surface_entry, typeinfer_call
+from tilefoundry.rules import ACCESS_RELATION, EVAL, surface_entry
+from tilefoundry.visitor_registry import typeinfer_call
 
 N = DimVar("N", 1, 64)
 

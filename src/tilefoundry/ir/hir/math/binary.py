@@ -28,7 +28,7 @@ from tilefoundry.ir.hir.op_support import (
 )
 from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import DType, StorageKind, TensorType, bool_, f32, i32
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -40,16 +40,9 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.rules.validation_samples import BOOL, GRID, POSITIVE, REAL, Sample, operand
 from tilefoundry.visitor_registry.access_relation import elementwise_relations
 from tilefoundry.visitor_registry.shard_reading import pending_partials
-from tilefoundry.visitor_registry.validation_samples import (
-    BOOL,
-    GRID,
-    POSITIVE,
-    REAL,
-    Sample,
-    operand,
-)
 
 
 class BinaryKind(enum.Enum):

@@ -23,7 +23,7 @@ from tilefoundry.ir.hir.op_support import (
 )
 from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import DType, TensorType, bool_
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -35,8 +35,8 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.rules.validation_samples import BOOL, POSITIVE, REAL, Sample, operand
 from tilefoundry.visitor_registry.access_relation import elementwise_relations
-from tilefoundry.visitor_registry.validation_samples import BOOL, POSITIVE, REAL, Sample, operand
 
 
 class UnaryKind(enum.Enum):

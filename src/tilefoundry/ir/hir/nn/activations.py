@@ -24,7 +24,7 @@ from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import compute_in_f32, op_name, refuse_partials, tensor_operands
 from tilefoundry.ir.lowering.values import Value
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -35,8 +35,8 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.rules.validation_samples import Sample, operand
 from tilefoundry.visitor_registry.access_relation import elementwise_relations
-from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 
 def _only_tanh(value: str) -> str:

@@ -52,7 +52,7 @@ from tilefoundry.ir.hir.whole_axis import refuse_splits_on
 from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TensorType, is_static
 from tilefoundry.ir.types.shard import ShardLayout, Split
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -62,13 +62,13 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.rules.validation_samples import Sample, operand
 from tilefoundry.visitor_registry.access_relation import (
     AccessRelations,
     AffineAccess,
     BoundaryRelation,
 )
 from tilefoundry.visitor_registry.shard_reading import pending_partials
-from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 
 def _pair(minimum: int):

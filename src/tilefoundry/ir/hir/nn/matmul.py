@@ -41,7 +41,7 @@ from tilefoundry.ir.hir.whole_axis import whole_axis_relations
 from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TensorType
 from tilefoundry.ir.types.shard import ShardLayout, Split
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -52,9 +52,9 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.rules.validation_samples import Sample, operand
 from tilefoundry.visitor_registry.access_relation import broadcast_shapes, contraction_relations
 from tilefoundry.visitor_registry.shard_reading import pending_partials
-from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 
 class MatMul(Op):

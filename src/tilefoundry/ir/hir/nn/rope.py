@@ -52,7 +52,7 @@ from tilefoundry.ir.hir.whole_axis import (
 )
 from tilefoundry.ir.lowering.values import Value, concatenate, gather
 from tilefoundry.ir.types import TensorType, TupleType, is_static
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -65,8 +65,8 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.rules.validation_samples import Sample, index_operand, operand
 from tilefoundry.visitor_registry.shard_reading import pending_partials
-from tilefoundry.visitor_registry.validation_samples import Sample, index_operand, operand
 
 
 class RoPE(Op):

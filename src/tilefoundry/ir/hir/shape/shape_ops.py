@@ -22,7 +22,7 @@ from tilefoundry.ir.lowering.values import Value, concatenate
 from tilefoundry.ir.types import StorageKind, TensorType, TupleType, i64
 from tilefoundry.ir.types.shard import Broadcast, ShardLayout
 from tilefoundry.ir.types.shard.int_tuple import is_int
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -32,18 +32,18 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
-from tilefoundry.visitor_registry.access_relation import (
-    AccessRelations,
-    AffineAccess,
-    BoundaryRelation,
-    identity_access,
-)
-from tilefoundry.visitor_registry.validation_samples import (
+from tilefoundry.rules.validation_samples import (
     Domain,
     Operand,
     Sample,
     TupleOperand,
     constant_operand,
+)
+from tilefoundry.visitor_registry.access_relation import (
+    AccessRelations,
+    AffineAccess,
+    BoundaryRelation,
+    identity_access,
 )
 
 _DIM = TensorType((), i64, None, StorageKind.UMAT)

@@ -27,7 +27,7 @@ from tilefoundry.ir.types.shard import (
 )
 from tilefoundry.ir.types.shard.int_tuple import flatten, is_value
 from tilefoundry.ir.types.shard.mesh import c_order_strides
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,

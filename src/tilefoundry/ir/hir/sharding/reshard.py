@@ -44,7 +44,7 @@ from tilefoundry.ir.types.shard import (
     with_strides,
 )
 from tilefoundry.ir.types.shard.int_tuple import flatten, product
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -58,12 +58,12 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.rules.validation_samples import Sample, operand
 from tilefoundry.visitor_registry.access_relation import (
     AccessRelations,
     BoundaryRelation,
     identity_access,
 )
-from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 __all__ = ["Reshard", "needs_grid_fence"]
 

@@ -22,7 +22,7 @@ from tilefoundry.ir.hir.op_support import (
 from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TensorType, format_dim
 from tilefoundry.ir.types.shard.int_tuple import same_value
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -33,8 +33,8 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.rules.validation_samples import Sample, operand
 from tilefoundry.visitor_registry.access_relation import elementwise_relations
-from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 
 class BroadcastTo(Op):

@@ -24,7 +24,7 @@ from tilefoundry.ir.hir.op_support import (
 from tilefoundry.ir.hir.tensor.insert_slice import check_write_sharding, destination_storage
 from tilefoundry.ir.lowering.values import Value, concatenate, iota
 from tilefoundry.ir.types import TensorType, format_dim, i32, is_static
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -36,7 +36,7 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
-from tilefoundry.visitor_registry.validation_samples import Sample, constant_operand, operand
+from tilefoundry.rules.validation_samples import Sample, constant_operand, operand
 
 __all__ = ["CacheUpdate"]
 

@@ -30,7 +30,7 @@ from tilefoundry.ir.types import (
     i32,
     i64,
 )
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -41,8 +41,8 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.rules.validation_samples import Sample, operand
 from tilefoundry.visitor_registry.access_relation import elementwise_relations
-from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 EVALUATOR_DTYPES = (f32, f16, bf16, fp8e4m3, f8e8m0, i32, i64, bool_)
 """hir §1.3 Cast: the dtypes the reference evaluator can convert to."""

@@ -37,7 +37,7 @@ from tilefoundry.ir.lowering.values import Value, concatenate
 from tilefoundry.ir.types import TensorType, TupleType, dim_add, format_dim
 from tilefoundry.ir.types.shard import ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten, same_value
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -50,6 +50,7 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.rules.validation_samples import Sample, TupleOperand, operand
 from tilefoundry.visitor_registry.access_relation import (
     AccessRelations,
     AffineAccess,
@@ -58,7 +59,6 @@ from tilefoundry.visitor_registry.access_relation import (
 )
 from tilefoundry.visitor_registry.shard_reading import pending_partials
 from tilefoundry.visitor_registry.shard_regroup import logical_axis_of
-from tilefoundry.visitor_registry.validation_samples import Sample, TupleOperand, operand
 
 
 class Concat(Op):

@@ -44,7 +44,7 @@ from tilefoundry.ir.hir.op_support import (
 )
 from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TensorType, dim_lower_bound, format_dim, i64, is_static
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -55,13 +55,13 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.rules.validation_samples import Sample, constant_operand, operand
 from tilefoundry.visitor_registry.access_relation import (
     AccessRelations,
     AffineAccess,
     BoundaryRelation,
     identity_access,
 )
-from tilefoundry.visitor_registry.validation_samples import Sample, constant_operand, operand
 
 __all__ = [
     "DynamicSlice",

@@ -32,7 +32,7 @@ from tilefoundry.ir.hir.tensor.dynamic_slice import (
 from tilefoundry.ir.hir.tensor.insert_slice import check_write_sharding, destination_storage
 from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TensorType, format_dim, is_static
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -43,13 +43,13 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.rules.validation_samples import Sample, constant_operand, operand
 from tilefoundry.visitor_registry.access_relation import (
     AccessRelations,
     AffineAccess,
     BoundaryRelation,
     identity_access,
 )
-from tilefoundry.visitor_registry.validation_samples import Sample, constant_operand, operand
 
 __all__ = ["DynamicUpdateSlice"]
 

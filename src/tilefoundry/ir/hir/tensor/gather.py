@@ -42,7 +42,7 @@ from tilefoundry.ir.types.shard import (
 )
 from tilefoundry.ir.types.shard.int_tuple import flatten, is_static, same_value
 from tilefoundry.ir.types.shard.mesh import c_order_strides
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -54,8 +54,8 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.rules.validation_samples import Sample, index_operand, operand
 from tilefoundry.visitor_registry.shard_regroup import logical_axis_of
-from tilefoundry.visitor_registry.validation_samples import Sample, index_operand, operand
 
 
 class Gather(Op):

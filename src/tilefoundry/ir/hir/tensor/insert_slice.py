@@ -31,7 +31,7 @@ from tilefoundry.ir.hir.op_support import (
 from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TensorType, TupleType, Type, format_dim, i64, is_static
 from tilefoundry.ir.types.shard import Dynamic, ShardLayout, Split
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -43,14 +43,9 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.rules.validation_samples import Sample, TupleOperand, constant_operand, operand
 from tilefoundry.visitor_registry.shard_reading import pending_partials
 from tilefoundry.visitor_registry.storage import anchor_storage
-from tilefoundry.visitor_registry.validation_samples import (
-    Sample,
-    TupleOperand,
-    constant_operand,
-    operand,
-)
 
 __all__ = ["InsertSlice", "check_write_sharding", "destination_storage"]
 

@@ -41,7 +41,7 @@ from tilefoundry.ir.types import DType, TensorType, is_static
 from tilefoundry.ir.types.shard import Layout, ShardLayout, with_strides
 from tilefoundry.ir.types.shard.int_tuple import flatten
 from tilefoundry.ir.types.shard.mesh import c_order_strides
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -55,9 +55,9 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.rules.validation_samples import Sample, operand
 from tilefoundry.visitor_registry.access_relation import AccessRelations, reduction_relations
 from tilefoundry.visitor_registry.shard_regroup import logical_groups
-from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 __all__ = ["Reduce", "ReduceKind", "reduce_identity"]
 

@@ -29,7 +29,7 @@ from tilefoundry.ir.types.shard import Broadcast, Dynamic, Layout, ShardLayout, 
 from tilefoundry.ir.types.shard.int_tuple import flatten, is_int, is_value, same_value
 from tilefoundry.ir.types.shard.mesh import c_order_strides
 from tilefoundry.ir.types.shard.shard_layout import split_positions
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -42,6 +42,7 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.rules.validation_samples import Sample, operand
 from tilefoundry.visitor_registry.access_relation import (
     AccessRelations,
     BoundaryRelation,
@@ -49,7 +50,6 @@ from tilefoundry.visitor_registry.access_relation import (
     linearized_view,
 )
 from tilefoundry.visitor_registry.shard_regroup import logical_groups
-from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 
 def _check_new_shape(value: object) -> tuple:

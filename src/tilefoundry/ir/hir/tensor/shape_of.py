@@ -17,7 +17,7 @@ import numpy as np
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import tensor_operands
 from tilefoundry.ir.types import StorageKind, TensorType, i64
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -29,13 +29,13 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.rules.validation_samples import Sample, operand
 from tilefoundry.visitor_registry.access_relation import (
     AccessRelations,
     AffineAccess,
     BoundaryRelation,
     identity_access,
 )
-from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 
 class ShapeOf(Op):

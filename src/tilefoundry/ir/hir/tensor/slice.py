@@ -34,7 +34,7 @@ from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TensorType, dim_lower_bound, format_dim
 from tilefoundry.ir.types.shard import ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten, is_int
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -45,6 +45,7 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.rules.validation_samples import Sample, operand
 from tilefoundry.visitor_registry.access_relation import (
     AccessRelations,
     AffineAccess,
@@ -52,7 +53,6 @@ from tilefoundry.visitor_registry.access_relation import (
     identity_access,
 )
 from tilefoundry.visitor_registry.shard_regroup import logical_axis_of
-from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 
 def _check_indices(value: object) -> tuple:

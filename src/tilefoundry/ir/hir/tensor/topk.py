@@ -40,7 +40,7 @@ from tilefoundry.ir.types import (
 from tilefoundry.ir.types.shard import with_strides
 from tilefoundry.ir.types.shard.int_tuple import flatten
 from tilefoundry.ir.types.shard.mesh import c_order_strides
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -50,12 +50,12 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.rules.validation_samples import Sample, operand
 from tilefoundry.visitor_registry.access_relation import (
     AccessRelations,
     AffineAccess,
     BoundaryRelation,
 )
-from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 __all__ = ["TopK"]
 

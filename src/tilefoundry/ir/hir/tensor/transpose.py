@@ -18,7 +18,7 @@ from tilefoundry.ir.hir.op_support import (
     tensor_operands,
 )
 from tilefoundry.ir.types import TensorType
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -29,13 +29,13 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
+from tilefoundry.rules.validation_samples import Sample, operand
 from tilefoundry.visitor_registry.access_relation import (
     AccessRelations,
     BoundaryRelation,
     identity_access,
     permutation_access,
 )
-from tilefoundry.visitor_registry.validation_samples import Sample, operand
 
 
 class Transpose(Op):

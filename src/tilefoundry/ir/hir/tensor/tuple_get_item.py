@@ -12,7 +12,7 @@ from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import NO_AFFINE_RELATION
 from tilefoundry.ir.types import TupleType, Type
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -26,7 +26,7 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
-from tilefoundry.visitor_registry.validation_samples import Sample, TupleOperand, operand
+from tilefoundry.rules.validation_samples import Sample, TupleOperand, operand
 
 
 class TupleGetItem(Op):

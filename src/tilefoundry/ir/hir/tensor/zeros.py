@@ -12,7 +12,7 @@ from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import as_dtype, numpy_dtype, shape_attribute
 from tilefoundry.ir.types import DType, StorageKind, TensorType, f8e8m0, format_dim
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,

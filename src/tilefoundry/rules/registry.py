@@ -115,7 +115,7 @@ view-like index map, a reduction or contraction root, or a barrier. Declared by 
 so the pass never inspects op classes."""
 
 VALIDATION_SAMPLES = Registry("validation samples")
-"""`rule() -> list[Sample]` (`visitor_registry.validation_samples`): the operands and attributes
+"""`rule() -> list[Sample]` (`rules.validation_samples`): the operands and attributes
 the sharding-rule validator (`evaluator/validate.py`) checks the op's rules on. Built on demand, so
 importing an op constructs no sample ops. An op with nothing to vary registers, through
 `register_not_sampled`, a rule returning the reason as a `str` instead, so the validator's

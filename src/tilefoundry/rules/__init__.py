@@ -1,0 +1,81 @@
+"""The rule tables: one registry per rule kind, the DSL surface names, fusion roles, and the
+validator's sample model.
+
+Op modules register their rules here by decorator when they are imported; engines (typeinfer,
+evaluator, emitters, fusion) look rules up here and never import an op module. The tables import
+only `ir/core` and `ir/types`, so every layer above the IR's value types may read them.
+"""
+
+from tilefoundry.rules.fusion_kind import FusionKind
+from tilefoundry.rules.registry import (
+    ACCESS_RELATION,
+    CALLEE_TYPEINFER,
+    EVAL,
+    EVAL_INTO,
+    FUSION,
+    PALLAS,
+    PALLAS_REF_READERS,
+    PALLAS_SHARDED,
+    SHARDED_EVAL,
+    SPMD_LOWERING,
+    STABLEHLO,
+    TYPEINFER,
+    VALIDATION_SAMPLES,
+    Registry,
+    register_access_relation,
+    register_callee_typeinfer,
+    register_eval,
+    register_eval_into,
+    register_fusion_kind,
+    register_not_sampled,
+    register_pallas,
+    register_pallas_sharded,
+    register_sharded_eval,
+    register_spmd_lowering,
+    register_stablehlo,
+    register_typeinfer,
+    register_validation_samples,
+    registered,
+)
+from tilefoundry.rules.surface import (
+    SurfaceEntry,
+    register_surface,
+    surface_entry,
+    surface_names,
+)
+
+__all__ = [
+    "ACCESS_RELATION",
+    "CALLEE_TYPEINFER",
+    "EVAL",
+    "EVAL_INTO",
+    "FUSION",
+    "PALLAS",
+    "PALLAS_REF_READERS",
+    "PALLAS_SHARDED",
+    "SHARDED_EVAL",
+    "SPMD_LOWERING",
+    "STABLEHLO",
+    "TYPEINFER",
+    "VALIDATION_SAMPLES",
+    "FusionKind",
+    "Registry",
+    "SurfaceEntry",
+    "register_access_relation",
+    "register_callee_typeinfer",
+    "register_eval",
+    "register_eval_into",
+    "register_fusion_kind",
+    "register_not_sampled",
+    "register_pallas",
+    "register_pallas_sharded",
+    "register_sharded_eval",
+    "register_spmd_lowering",
+    "register_stablehlo",
+    "register_surface",
+    "register_typeinfer",
+    "register_validation_samples",
+    "registered",
+    "surface_entry",
+    "surface_names",
+]
