@@ -16,11 +16,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _timing import best_of, report
 
 import tilefoundry.ir.hir  # noqa: F401
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.ir.core import Call, Var
 from tilefoundry.ir.hir.math.binary import Binary, BinaryKind
 from tilefoundry.ir.types import f32, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import Split, make_mesh
-from tilefoundry.visitor_registry import TypeInferContext
 
 
 def chain(n: int, type_) -> Call:

@@ -12,6 +12,7 @@ import pytest
 
 from support.functions import call, function_of
 from support.mesh_ops import ReduceWithoutCombiner
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import EvalError, UnsupportedError
 from tilefoundry.evaluator import evaluate, run_op_on_devices, scatter
 from tilefoundry.ir.core import Call, Tuple
@@ -28,7 +29,6 @@ from tilefoundry.ir.hir.tensor.transpose import Transpose
 from tilefoundry.ir.hir.tensor.tuple_get_item import TupleGetItem
 from tilefoundry.ir.types import f32, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, Layout, P, S, ShardLayout, Split, make_mesh
-from tilefoundry.visitor_registry import typeinfer_call
 
 ADD = Binary(kind=BinaryKind.ADD)
 MUL = Binary(kind=BinaryKind.MUL)

@@ -14,6 +14,7 @@ import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import VerifyError
 from tilefoundry.evaluator import MeshValue, gather, run_op
 from tilefoundry.evaluator.validation_inputs import Domain, draw_truth, place
@@ -23,7 +24,6 @@ from tilefoundry.ir.hir.nn import MatMul
 from tilefoundry.ir.hir.tensor import Reduce, ReduceKind, Transpose
 from tilefoundry.ir.types import f32, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, P, Split, make_mesh
-from tilefoundry.visitor_registry import typeinfer_call
 
 MESHES = (make_mesh((4,), ("x",)), make_mesh((2,), ("x",)), make_mesh((2, 2), ("a", "b")))
 EXTENTS = st.sampled_from((1, 2, 4, 8))

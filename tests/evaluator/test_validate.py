@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilefoundry.analysis.access_relation import elementwise_relations
 from tilefoundry.evaluator.validate import catalog_samples, main, validate
 from tilefoundry.evaluator.validation_checks import Settings
 from tilefoundry.ir.core import Op, ParamDef
@@ -25,7 +26,6 @@ from tilefoundry.rules import (
     register_typeinfer,
 )
 from tilefoundry.rules.validation_samples import Operand, Sample
-from tilefoundry.visitor_registry.access_relation import elementwise_relations
 
 
 class AbsKeepsPartials(Op):

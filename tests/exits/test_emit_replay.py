@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.ir.core import Call, Constant, Op, ParamDef, Var
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.hir.math.binary import Binary, BinaryKind
@@ -15,7 +16,6 @@ from tilefoundry.ir.lowering.builder import Lowering
 from tilefoundry.ir.lowering.replay import lower_cached
 from tilefoundry.ir.types import f32, make_tensor_type
 from tilefoundry.rules import STABLEHLO, register_stablehlo, register_typeinfer
-from tilefoundry.visitor_registry import TypeInferContext
 
 T = make_tensor_type((2, 8), f32)
 

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from support.toy_ops import Add, Ident, Pick
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.ir.core import Call, Constant, Tuple, Var
 from tilefoundry.ir.hir import ElaborationSession, Function, elaborate, make_grid_region
 from tilefoundry.ir.types import DimVar, TupleType, f32, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import Layout, Split, make_mesh
-from tilefoundry.visitor_registry import TypeInferContext
 
 jax = pytest.importorskip("jax", reason="the StableHLO toolchain tests need jax[lib]")
 

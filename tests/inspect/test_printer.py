@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from support.toy_ops import Add, Ident, Pick, Relayout
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.inspect import format_ir, format_type
 from tilefoundry.ir.core import (
     BindingName,
@@ -33,7 +34,6 @@ from tilefoundry.ir.types import (
     make_tensor_type,
 )
 from tilefoundry.ir.types.shard import Broadcast, Layout, Partial, Split, make_mesh
-from tilefoundry.visitor_registry import TypeInferContext
 
 MESH = make_mesh((2, 4), names=("x", "y"))
 PLAIN = make_tensor_type((8, 16), f32)

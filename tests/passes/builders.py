@@ -3,11 +3,11 @@ leave behind (built by bypassing construction checks, exactly as such a pass wou
 
 from __future__ import annotations
 
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.ir.core import Call, Expr, Var
 from tilefoundry.ir.hir import Function, FusionRegion
 from tilefoundry.ir.hir.math import Binary, BinaryKind, Unary, UnaryKind
 from tilefoundry.ir.types import TensorType, f32
-from tilefoundry.visitor_registry import TypeInferContext
 
 T8 = TensorType((8,), f32)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.ir.core import Call, Constant, Expr, Tuple, Var
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.hir.grid_region import make_grid_region
@@ -22,7 +23,6 @@ from tilefoundry.ir.hir.math import Binary, BinaryKind, Unary, UnaryKind
 from tilefoundry.ir.hir.nn import MatMul
 from tilefoundry.ir.hir.tensor import BroadcastTo, Reduce, ReduceKind, Reshape, Transpose, Where
 from tilefoundry.ir.types import TensorType, bool_, f32, i32
-from tilefoundry.visitor_registry import TypeInferContext
 
 Pick = Callable[[Sequence[Any]], Any]
 

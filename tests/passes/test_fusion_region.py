@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from passes.builders import T8, binary, function, region_call, typed, unary
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import InternalCompilerError, VerifyError
 from tilefoundry.evaluator import evaluate
 from tilefoundry.exits.stablehlo import emit_stablehlo
@@ -17,7 +18,6 @@ from tilefoundry.ir.hir.math import Binary, BinaryKind
 from tilefoundry.ir.hir.tensor import TupleGetItem
 from tilefoundry.ir.types import TensorType, TupleType, f64
 from tilefoundry.passes import Pass, PassManager, compile, verify
-from tilefoundry.visitor_registry import typeinfer_call
 
 
 def two_output_program():

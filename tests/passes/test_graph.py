@@ -6,11 +6,11 @@ from __future__ import annotations
 import random
 
 from passes.builders import T8, binary, unary
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.ir.core import Call, Constant, Expr, SourceSpan, Tuple, Var
 from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.ir.types import TensorType, f32, f64
 from tilefoundry.passes.graph import copy_call, post_order
-from tilefoundry.visitor_registry import TypeInferContext
 
 
 def _recursive_post_order(roots: tuple[Expr, ...]) -> list[Expr]:

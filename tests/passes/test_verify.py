@@ -282,12 +282,12 @@ def test_valid_edge_cases_pass(build):
 def test_compile_refuses_a_dynamic_signature_as_the_users_choice():
     """SFEP-0053 §3.2: the tensor tier is static. A DimVar signature is refused up front as a
     VerifyError naming the dimension, not reported as a pass that broke the IR."""
+    from tilefoundry.analysis import TypeInferContext
     from tilefoundry.ir.core import Call, Var
     from tilefoundry.ir.hir import Function
     from tilefoundry.ir.hir.nn import ReLU
     from tilefoundry.ir.types import DimVar, f32, make_tensor_type
     from tilefoundry.passes import compile
-    from tilefoundry.visitor_registry import TypeInferContext
 
     dynamic = make_tensor_type((DimVar("S", 1, 9), 4), f32)
     x = Var("x", dynamic)

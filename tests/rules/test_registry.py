@@ -2,11 +2,11 @@
 
 import pytest
 
+from tilefoundry.analysis import TypeInferContext, typeinfer_call
 from tilefoundry.errors import InternalCompilerError, UnsupportedError, VerifyError
 from tilefoundry.ir.core import Call, Op, ParamDef, SourceSpan, Tuple, Var
 from tilefoundry.ir.types import TupleType, UnitType, f32, i32, make_tensor_type
 from tilefoundry.rules import TYPEINFER, Registry, register_typeinfer, registered
-from tilefoundry.visitor_registry import TypeInferContext, typeinfer_call
 
 T = make_tensor_type((4,), f32)
 SPAN = SourceSpan("prog.py", 12, 7)

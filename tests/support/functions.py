@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.ir.core import Call, Expr, Var
 from tilefoundry.ir.hir import Function
-from tilefoundry.visitor_registry import TypeInferContext
 
 
 def function_of(params: dict, build: Callable[..., Expr], name: str = "f") -> Function:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.ir.hir.math.binary import Binary, BinaryKind
 from tilefoundry.ir.hir.nn.matmul import MatMul
@@ -15,7 +16,6 @@ from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.hir.tensor.slice import Slice
 from tilefoundry.ir.types import f32, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, P, S, make_mesh
-from tilefoundry.visitor_registry import typeinfer_call
 from tilefoundry.visitor_registry.block_plan import (
     ArgView,
     Block,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.evaluator import evaluate
 from tilefoundry.inspect.shard_view import reshard_collectives
@@ -14,7 +15,6 @@ from tilefoundry.ir.hir import Function
 from tilefoundry.ir.hir.sharding import Reshard
 from tilefoundry.ir.types import f32, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, Layout, P, S, ShardLayout, Split, make_mesh
-from tilefoundry.visitor_registry import TypeInferContext
 from tilefoundry.visitor_registry.reshard_plan import (
     AllGather,
     AllReduce,

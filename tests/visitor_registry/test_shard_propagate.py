@@ -8,6 +8,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tilefoundry.analysis.access_relation import (
+    AccessRelations,
+    AffineAccess,
+    BoundaryRelation,
+    contraction_relations,
+    elementwise_relations,
+    identity_access,
+    linearized_view,
+    permutation_access,
+    reduction_relations,
+)
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.types import f32, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import (
@@ -19,17 +30,6 @@ from tilefoundry.ir.types.shard import (
     Split,
     canonical_shard_layout,
     make_mesh,
-)
-from tilefoundry.visitor_registry.access_relation import (
-    AccessRelations,
-    AffineAccess,
-    BoundaryRelation,
-    contraction_relations,
-    elementwise_relations,
-    identity_access,
-    linearized_view,
-    permutation_access,
-    reduction_relations,
 )
 from tilefoundry.visitor_registry.shard_propagate import (
     derive_output_shard_layout,

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.errors import (
     EvalError,
     InternalCompilerError,
@@ -40,7 +41,6 @@ from tilefoundry.ir.hir.signature import Bindings, check_arguments
 from tilefoundry.ir.hir.walk import block_operands, run_suspended_walks
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
 from tilefoundry.ir.types.shard import ShardLayout
-from tilefoundry.visitor_registry import TypeInferContext
 
 
 class _Frame:

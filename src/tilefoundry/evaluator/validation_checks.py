@@ -15,6 +15,7 @@ from itertools import product
 
 import numpy as np
 
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.evaluator.single_op import run_op
 from tilefoundry.evaluator.validation_inputs import (
@@ -35,7 +36,6 @@ from tilefoundry.ir.types import TupleType, Type, make_shard_tensor_type
 from tilefoundry.ir.types import make_tensor_type as plain_type
 from tilefoundry.ir.types.shard import B, Mesh, P, ShardLayout, Split, make_mesh
 from tilefoundry.rules.validation_samples import Operand, Sample
-from tilefoundry.visitor_registry import typeinfer_call
 from tilefoundry.visitor_registry.shard_reading import canonical_splits
 
 REDUCTIONS = ("sum", "max", "min")

@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Call, Constant, Expr, Metadata, Tuple
 from tilefoundry.ir.types import DType, StorageKind, TensorType, f32
 from tilefoundry.ir.types.shard import ShardLayout
 from tilefoundry.ir.types.shard.sugar import layout_from_sugar
 from tilefoundry.rules import SurfaceEntry
-from tilefoundry.visitor_registry import TypeInferContext
 
 SCALARS = (bool, int, float, np.generic, np.ndarray)
 """Compile-time values that become Constants when they meet a tensor operand."""

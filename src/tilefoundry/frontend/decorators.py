@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.errors import VerifyError
 from tilefoundry.frontend.errors import internal_boundary
 from tilefoundry.frontend.parse import (
@@ -35,7 +36,6 @@ from tilefoundry.ir.core import DimVarRangePat, Expr, Module, SourceSpan, get_me
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.hir.walk import iter_nodes
 from tilefoundry.ir.types.shard import Topology
-from tilefoundry.visitor_registry import TypeInferContext
 
 
 def _caller_locals(depth: int) -> dict[str, Any]:

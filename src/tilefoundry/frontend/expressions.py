@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.errors import VerifyError
 from tilefoundry.frontend.calls import SurfaceOp, build_surface_call, constant, float_dtype_of
 from tilefoundry.frontend.errors import Diagnostics
@@ -35,7 +36,6 @@ from tilefoundry.ir.types import TensorType, f32
 from tilefoundry.ir.types.shard import Mesh, MeshAxis, Partial
 from tilefoundry.ir.types.shard.sugar import SplitSugar
 from tilefoundry.rules import surface_entry
-from tilefoundry.visitor_registry import TypeInferContext
 
 
 class TileWindow:

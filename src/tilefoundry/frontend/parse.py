@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from types import FunctionType
 from typing import Any
 
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.errors import VerifyError
 from tilefoundry.frontend.annotations import TensorSpec
 from tilefoundry.frontend.def_lines import def_source_lines
@@ -27,7 +28,6 @@ from tilefoundry.ir.core import Expr, Metadata, SourceSpan, Var
 from tilefoundry.ir.hir import ElaborationSession
 from tilefoundry.ir.types import TensorType, TupleType
 from tilefoundry.ir.types.shard import Partial
-from tilefoundry.visitor_registry import TypeInferContext
 
 
 @dataclass(frozen=True)

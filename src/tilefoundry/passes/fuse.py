@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.inspect.printer import op_mnemonic
 from tilefoundry.ir.core import BindingName, Call, Constant, Expr, Var
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
@@ -35,7 +36,6 @@ from tilefoundry.passes.fusion_rules import (
 )
 from tilefoundry.passes.graph import Rebuilder, copy_call, post_order, type_bytes, users
 from tilefoundry.rules import FusionKind
-from tilefoundry.visitor_registry import TypeInferContext
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterator
 from operator import is_
 from typing import Any
 
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Tuple, Var
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
 from tilefoundry.ir.hir.walk import all_operands, callees_first
 from tilefoundry.ir.types import StorageKind, TensorType, TupleType, Type
-from tilefoundry.visitor_registry import TypeInferContext
 
 OnCall = Callable[[Call, tuple[Expr, ...], TypeInferContext], Expr]
 """`on_call(old_call, new_args, ctx) -> new node` (typed); the rebuilder's one hook."""

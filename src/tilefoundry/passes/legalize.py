@@ -22,14 +22,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from tilefoundry.analysis import TypeInferContext
+from tilefoundry.analysis.access_relation import identity_access
 from tilefoundry.errors import InternalCompilerError
 from tilefoundry.ir.core import Call, Constant, Expr, SourceSpan, get_metadata
 from tilefoundry.ir.types import DType, StorageKind, TensorType
 from tilefoundry.passes.fusion_rules import fusion_kind, is_inlined_literal
 from tilefoundry.passes.graph import Rebuilder, copy_call, typed_node
 from tilefoundry.rules import ACCESS_RELATION, FusionKind, surface_entry
-from tilefoundry.visitor_registry import TypeInferContext
-from tilefoundry.visitor_registry.access_relation import identity_access
 
 
 def implicitly_broadcast(call: Call) -> tuple[int, ...]:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tilefoundry.analysis import describe
 from tilefoundry.errors import InternalCompilerError, VerifyError
 from tilefoundry.gc_pause import gc_paused
 from tilefoundry.inspect import format_ir
@@ -32,7 +33,6 @@ from tilefoundry.ir.types import TensorType, TupleType, tensor_fields
 from tilefoundry.passes.fuse import FusionReport, fuse_with_report
 from tilefoundry.passes.legalize import legalize
 from tilefoundry.passes.verify import verify
-from tilefoundry.visitor_registry import describe
 
 DEBUG_ENV = "TILEFOUNDRY_DEBUG_PASSES"
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NoReturn
 
+from tilefoundry.analysis import describe
 from tilefoundry.ir.core import Call, Constant, Expr, Var
 from tilefoundry.ir.hir import FusionRegion
 from tilefoundry.passes.fusion_rules import (
@@ -22,7 +23,6 @@ from tilefoundry.passes.fusion_rules import (
 )
 from tilefoundry.passes.graph import post_order, users
 from tilefoundry.rules import FusionKind
-from tilefoundry.visitor_registry import describe
 
 Fail = Callable[[Expr, str], NoReturn]
 

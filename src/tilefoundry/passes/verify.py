@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
+from tilefoundry.analysis import TypeInferContext, describe
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
@@ -25,7 +26,6 @@ from tilefoundry.passes.graph import post_order
 from tilefoundry.passes.legalize import adopted_literals
 from tilefoundry.passes.region_check import check_region
 from tilefoundry.rules import FusionKind
-from tilefoundry.visitor_registry import TypeInferContext, describe
 
 TIERS = ("hir", "tensor")
 MAX_ELEMENTS = 2**62

@@ -1,11 +1,19 @@
-"""Rule registries and the engines' single entry point to per-op rules.
+"""The package's old name, kept as a face for DESIGN §3 (`typeinfer_call`,
+`visitor_registry.access_relation`, `visitor_registry.shard_propagate`) and for code written
+against it.
 
-Engines (typeinfer, evaluator, emitter, fusion) import this package, never an op module; op
-modules register their rules here by decorator when they are imported.
+Its contents moved to the packages named for what they are (issue 24): the rule tables to
+`tilefoundry.rules`, the analyses to `tilefoundry.analysis`, the sharding engine to
+`tilefoundry.sharding`. Each old submodule name is bound to the module that moved (the same
+module object, so a registry is never duplicated). Nothing under src/ imports this face
+(tests/api/test_architecture.py).
 """
 
-from tilefoundry.rules.fusion_kind import FusionKind
-from tilefoundry.rules.registry import (
+import sys
+from importlib import import_module
+
+from tilefoundry.analysis import TypeInferContext, describe, typeinfer_call
+from tilefoundry.rules import (
     ACCESS_RELATION,
     CALLEE_TYPEINFER,
     EVAL,
@@ -19,7 +27,9 @@ from tilefoundry.rules.registry import (
     STABLEHLO,
     TYPEINFER,
     VALIDATION_SAMPLES,
+    FusionKind,
     Registry,
+    SurfaceEntry,
     register_access_relation,
     register_callee_typeinfer,
     register_eval,
@@ -31,12 +41,26 @@ from tilefoundry.rules.registry import (
     register_sharded_eval,
     register_spmd_lowering,
     register_stablehlo,
+    register_surface,
     register_typeinfer,
     register_validation_samples,
     registered,
+    surface_entry,
+    surface_names,
 )
-from tilefoundry.rules.surface import SurfaceEntry, register_surface, surface_entry, surface_names
-from tilefoundry.visitor_registry.typeinfer import TypeInferContext, describe, typeinfer_call
+
+_MOVED = {
+    "access_relation": "tilefoundry.analysis.access_relation",
+    "access_structure": "tilefoundry.analysis.access_structure",
+    "storage": "tilefoundry.analysis.storage",
+    "typeinfer": "tilefoundry.analysis.typeinfer",
+    "fusion_kind": "tilefoundry.rules.fusion_kind",
+    "registry": "tilefoundry.rules.registry",
+    "surface": "tilefoundry.rules.surface",
+    "validation_samples": "tilefoundry.rules.validation_samples",
+}
+for _old, _home in _MOVED.items():
+    sys.modules[f"{__name__}.{_old}"] = globals()[_old] = import_module(_home)
 
 __all__ = [
     "ACCESS_RELATION",

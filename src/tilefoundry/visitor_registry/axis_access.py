@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import islpy as isl
 
+from tilefoundry.analysis.access_relation import AccessRelations, AffineAccess
+from tilefoundry.analysis.access_structure import AxisAccess, map_axes
 from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.ir.core import Op
 from tilefoundry.rules import ACCESS_RELATION
-from tilefoundry.visitor_registry.access_relation import AccessRelations, AffineAccess
-from tilefoundry.visitor_registry.access_structure import AxisAccess, map_axes
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from math import prod
 from typing import NamedTuple
 
+from tilefoundry.analysis.access_structure import Projection
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.ir.core import Op
 from tilefoundry.ir.types import TensorType, TupleType, Type
 from tilefoundry.ir.types.shard import Mesh, Partial, ShardLayout, Split
-from tilefoundry.visitor_registry.access_structure import Projection
 from tilefoundry.visitor_registry.axis_access import WholeAxis, axis_accesses, relations_for
 from tilefoundry.visitor_registry.shard_reading import (
     AxisSplit,

@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from tilefoundry.analysis.access_relation import AccessRelations
+from tilefoundry.analysis.access_structure import Projection
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.types import TensorType, TupleType
 from tilefoundry.ir.types.shard import Broadcast, Dynamic, Layout, Partial, ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten
 from tilefoundry.ir.types.shard.mesh import c_order_strides
-from tilefoundry.visitor_registry.access_relation import AccessRelations
-from tilefoundry.visitor_registry.access_structure import Projection
 from tilefoundry.visitor_registry.shard_regroup import carried_factors, logical_axis_of
 
 __all__ = ["derive_output_shard_layout", "partial_reductions_by_axis"]

@@ -7,6 +7,7 @@ same functions the kernel traces)."""
 import numpy as np
 import pytest
 
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.evaluator.validation_inputs import draw_truth
 from tilefoundry.exits.pallas.namespace import KernelNamespace
 from tilefoundry.ir.types import TensorType, TupleType
@@ -19,7 +20,6 @@ from tilefoundry.rules import (
     VALIDATION_SAMPLES,
 )
 from tilefoundry.rules.validation_samples import TupleOperand
-from tilefoundry.visitor_registry import typeinfer_call
 
 NO_PALLAS_RULE = (
     "CacheUpdate",

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tilefoundry.analysis import TypeInferContext, typeinfer_call
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.evaluator.validate import catalog_samples
 from tilefoundry.evaluator.validation_checks import (
@@ -49,7 +50,6 @@ from tilefoundry.ir.hir.tensor import TupleGetItem
 from tilefoundry.ir.types import TensorType, TupleType, make_shard_tensor_type
 from tilefoundry.ir.types.shard import B, Mesh, Partial, ShardLayout, Split
 from tilefoundry.rules.validation_samples import Sample
-from tilefoundry.visitor_registry import TypeInferContext, typeinfer_call
 from tilefoundry.visitor_registry.shard_reading import canonical_splits, pending_partials
 
 MESHES: tuple[Mesh, ...] = Settings().meshes

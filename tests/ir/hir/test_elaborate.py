@@ -3,6 +3,7 @@
 import pytest
 
 from support.toy_ops import Ident
+from tilefoundry.analysis import TypeInferContext, typeinfer_call
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Call, DimVarRangePat, Module, SourceSpan, Tuple, Var
 from tilefoundry.ir.hir import ElaborationSession, Function, elaborate
@@ -15,7 +16,6 @@ from tilefoundry.ir.types import (
     make_tensor_type,
 )
 from tilefoundry.ir.types.shard import Broadcast, Partial, Split, make_mesh
-from tilefoundry.visitor_registry import TypeInferContext, typeinfer_call
 
 MESH = make_mesh((2, 4), names=("x", "y"))
 PLAIN = make_tensor_type((8, 16), f32)

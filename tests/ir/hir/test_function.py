@@ -3,11 +3,11 @@
 import pytest
 
 from support.toy_ops import Ident
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.core import Call, DimVarRangePat, Module, SourceSpan, Target, Var
 from tilefoundry.ir.hir import Function, canonical_signature, select_variant
 from tilefoundry.ir.types import CallableType, DimVar, f32, make_tensor_type
-from tilefoundry.visitor_registry import TypeInferContext
 
 S = DimVar("S", 1, 17)
 T_S = make_tensor_type((S, 4), f32)

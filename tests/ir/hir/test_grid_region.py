@@ -3,6 +3,7 @@
 import pytest
 
 from support.toy_ops import Ident, Pick
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Call, Constant, SourceSpan, Var
 from tilefoundry.ir.hir import Function, GridRegionExpr, elaborate, make_grid_region
@@ -17,7 +18,6 @@ from tilefoundry.ir.types import (
     make_tensor_type,
 )
 from tilefoundry.ir.types.shard import Partial, Split, make_mesh
-from tilefoundry.visitor_registry import TypeInferContext
 
 ACC = make_tensor_type((4,), f32)
 IDX = make_tensor_type((4,), i32)

@@ -2,13 +2,13 @@
 
 import pytest
 
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Call, Op, ParamDef, SourceSpan, Var
 from tilefoundry.ir.hir import Function, GridRegionExpr
 from tilefoundry.ir.hir.grid_region import INDUCTION_TYPE
 from tilefoundry.ir.types import DimVar, TupleType, UnitType, f32, i32, make_tensor_type
 from tilefoundry.rules import register_typeinfer
-from tilefoundry.visitor_registry import TypeInferContext
 
 T = make_tensor_type((4,), f32)
 I = make_tensor_type((4,), i32)

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.errors import InternalCompilerError, UnsupportedError, VerifyError
 from tilefoundry.exits.pallas.grid import EXIT, fields
 from tilefoundry.exits.pallas.namespace import KernelNamespace, KernelRef
@@ -33,7 +34,6 @@ from tilefoundry.ir.hir.walk import all_operands, block_operands, iter_nodes, ru
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
 from tilefoundry.rules import PALLAS, PALLAS_REF_READERS, PALLAS_SHARDED, SHARDED_EVAL
-from tilefoundry.visitor_registry import TypeInferContext
 from tilefoundry.visitor_registry.block_plan import ArgView, BlockPlan, Engine, Kind
 from tilefoundry.visitor_registry.shard_reading import canonical_splits, pending_partials
 

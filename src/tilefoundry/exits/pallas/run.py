@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.errors import EvalError, UnsupportedError
 from tilefoundry.exits.pallas.grid import EXIT, BlockMap, block_map, fields, find_grid
 from tilefoundry.exits.pallas.kernel import KernelBody
@@ -25,7 +26,6 @@ from tilefoundry.ir.hir import Function, select_variant
 from tilefoundry.ir.hir.signature import check_arguments
 from tilefoundry.ir.types import TupleType, resolve_dim
 from tilefoundry.ir.types.shard import Mesh
-from tilefoundry.visitor_registry import TypeInferContext
 
 _WIDE = ("f64", "i64", "u64")
 """Pallas kernels compute with jax's default 32-bit types; a 64-bit gmem value would be narrowed."""

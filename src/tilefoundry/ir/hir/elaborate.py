@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextvars import ContextVar, Token
 
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.ir.core import Call, Constant, Expr, Tuple, Var, source_span
 from tilefoundry.ir.hir.function import Function
@@ -22,7 +23,6 @@ from tilefoundry.ir.hir.signature import bind_arguments, type_mismatch
 from tilefoundry.ir.hir.walk import block_operands, check_loop_bounds_bound
 from tilefoundry.ir.types import Type
 from tilefoundry.rules import register_callee_typeinfer, register_typeinfer
-from tilefoundry.visitor_registry import TypeInferContext
 
 _SESSION: ContextVar[dict | None] = ContextVar("tilefoundry_elaboration_session", default=None)
 

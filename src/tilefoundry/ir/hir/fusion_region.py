@@ -18,13 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Expr, Metadata, Var
 from tilefoundry.ir.core.metadata import normalize_metadata
 from tilefoundry.ir.hir.signature import type_mismatch
 from tilefoundry.ir.types import CallableType, TupleType, Type
 from tilefoundry.rules import register_callee_typeinfer
-from tilefoundry.visitor_registry import TypeInferContext
 
 REGION_KINDS = ("loop", "reduction", "contraction")
 """`loop`: elementwise/view ops only; otherwise named after the region's single root."""

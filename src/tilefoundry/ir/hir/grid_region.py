@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Expr, Metadata, Var
 from tilefoundry.ir.core.metadata import normalize_metadata
@@ -26,7 +27,6 @@ from tilefoundry.ir.types import (
     normalize_dim,
 )
 from tilefoundry.rules import register_typeinfer
-from tilefoundry.visitor_registry import TypeInferContext
 
 INDUCTION_TYPE = TensorType((), i64, storage=StorageKind.UMAT)
 """A loop induction variable is an i64 scalar whose residency is not decided (umat)."""

@@ -26,17 +26,17 @@ from typing import Any
 
 import numpy as np
 
+from tilefoundry.analysis.access_relation import AccessRelations, broadcast_shapes
+from tilefoundry.analysis.storage import anchor_storage
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op
 from tilefoundry.ir.types import DType, StorageKind, TensorType, Type, f32, normalize_dim
 from tilefoundry.ir.types.shard import Mesh, ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten
 from tilefoundry.rules import ACCESS_RELATION
-from tilefoundry.visitor_registry.access_relation import AccessRelations, broadcast_shapes
 from tilefoundry.visitor_registry.shard_propagate import derive_output_shard_layout
 from tilefoundry.visitor_registry.shard_reading import pending_partials
 from tilefoundry.visitor_registry.shard_regroup import logical_groups
-from tilefoundry.visitor_registry.storage import anchor_storage
 
 NO_AFFINE_RELATION: Callable[..., Any] = lambda op, arg_types: None  # noqa: E731
 """The explicit marker an op registers when no affine access relation describes it (its write

@@ -19,15 +19,11 @@ from functools import lru_cache
 
 import islpy as isl
 
+from tilefoundry.analysis.access_relation import AccessRelations, AffineAccess, BoundaryRelation
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op
 from tilefoundry.ir.hir.op_support import mesh_axis_label, op_name, split_owners
 from tilefoundry.ir.types import TensorType
-from tilefoundry.visitor_registry.access_relation import (
-    AccessRelations,
-    AffineAccess,
-    BoundaryRelation,
-)
 
 Reads = tuple[int | None, ...]
 """Per value axis, the domain dim it reads as a projection, or None for a whole (free) axis."""

@@ -8,6 +8,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tilefoundry.analysis import typeinfer_call
+from tilefoundry.analysis.access_relation import AccessRelations
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.hir.math.binary import Binary, BinaryKind
 from tilefoundry.ir.types import (
@@ -23,8 +25,6 @@ from tilefoundry.ir.types import (
 )
 from tilefoundry.ir.types.shard import B, Partial, Split, make_mesh
 from tilefoundry.rules import EVAL, surface_entry
-from tilefoundry.visitor_registry import typeinfer_call
-from tilefoundry.visitor_registry.access_relation import AccessRelations
 
 X = make_mesh((4,), ("x",))
 XY = make_mesh((2, 4), ("x", "y"))

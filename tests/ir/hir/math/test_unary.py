@@ -7,6 +7,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.hir.math.unary import Unary, UnaryKind
 from tilefoundry.ir.types import (
@@ -24,7 +25,6 @@ from tilefoundry.ir.types import (
 )
 from tilefoundry.ir.types.shard import B, Partial, Split, make_mesh
 from tilefoundry.rules import EVAL, surface_entry
-from tilefoundry.visitor_registry import typeinfer_call
 
 X = make_mesh((4,), ("x",))
 XY = make_mesh((2, 4), ("x", "y"))

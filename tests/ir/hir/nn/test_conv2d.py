@@ -6,6 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.hir.nn.conv2d import Conv2D
 from tilefoundry.ir.types import (
@@ -18,7 +19,6 @@ from tilefoundry.ir.types import (
 )
 from tilefoundry.ir.types.shard import Broadcast, Partial, Split, make_mesh
 from tilefoundry.rules import EVAL, surface_entry
-from tilefoundry.visitor_registry import typeinfer_call
 
 M1 = make_mesh((4,), ("x",))
 M2 = make_mesh((2, 4), ("x", "y"))

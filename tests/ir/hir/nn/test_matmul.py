@@ -7,6 +7,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.hir.nn.matmul import MatMul
 from tilefoundry.ir.types import (
@@ -22,7 +23,6 @@ from tilefoundry.ir.types import (
 )
 from tilefoundry.ir.types.shard import Broadcast, Partial, Split, make_mesh
 from tilefoundry.rules import ACCESS_RELATION, EVAL, surface_entry
-from tilefoundry.visitor_registry import typeinfer_call
 
 M1 = make_mesh((4,), ("x",))
 M2 = make_mesh((2, 4), ("x", "y"))

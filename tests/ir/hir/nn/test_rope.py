@@ -9,6 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.hir.nn.rope import RoPE
 from tilefoundry.ir.types import (
@@ -23,7 +24,6 @@ from tilefoundry.ir.types import (
 )
 from tilefoundry.ir.types.shard import Broadcast, Layout, Partial, Split, make_mesh
 from tilefoundry.rules import ACCESS_RELATION, EVAL, surface_entry
-from tilefoundry.visitor_registry import typeinfer_call
 
 M1 = make_mesh((4,), ("x",))
 M2 = make_mesh((2, 4), ("x", "y"))

@@ -7,6 +7,8 @@ import re
 import numpy as np
 import pytest
 
+from tilefoundry.analysis import typeinfer_call
+from tilefoundry.analysis.access_structure import ConstantAxis
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.hir.op_support import relations_of
 from tilefoundry.ir.hir.shape.shape_ops import ShapeCompose, ShapeExtract
@@ -22,8 +24,6 @@ from tilefoundry.ir.types import (
 )
 from tilefoundry.ir.types.shard import B, P, S, make_mesh
 from tilefoundry.rules import EVAL
-from tilefoundry.visitor_registry import typeinfer_call
-from tilefoundry.visitor_registry.access_structure import ConstantAxis
 
 X = make_mesh((4,), ("x",))
 N = DimVar("N", 1, 16)

@@ -8,6 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.hir.tensor.broadcast_to import BroadcastTo
 from tilefoundry.ir.types import (
@@ -20,7 +21,6 @@ from tilefoundry.ir.types import (
 )
 from tilefoundry.ir.types.shard import B, Partial, Split, make_mesh
 from tilefoundry.rules import ACCESS_RELATION, EVAL, surface_entry
-from tilefoundry.visitor_registry import typeinfer_call
 
 X = make_mesh((4,), ("x",))
 X1 = make_mesh((1,), ("x",))

@@ -12,13 +12,13 @@ import islpy as isl
 import numpy as np
 import pytest
 
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.hir.op_support import relations_of
 from tilefoundry.ir.hir.tensor import DynamicSlice, DynamicUpdateSlice
 from tilefoundry.ir.types import DimVar, f32, i32, i64, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, P, S, make_mesh
 from tilefoundry.rules import EVAL
-from tilefoundry.visitor_registry import typeinfer_call
 from tilefoundry.visitor_registry.axis_access import WholeAxis, axis_accesses
 
 X = make_mesh((2,), ("x",))

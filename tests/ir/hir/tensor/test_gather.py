@@ -8,6 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.hir.op_support import relations_of
 from tilefoundry.ir.hir.tensor.gather import Gather
@@ -33,7 +34,6 @@ from tilefoundry.ir.types.shard import (
     make_mesh,
 )
 from tilefoundry.rules import EVAL
-from tilefoundry.visitor_registry import typeinfer_call
 
 X = make_mesh((4,), ("x",))
 XY = make_mesh((2, 4), ("x", "y"))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tilefoundry.analysis import typeinfer_call
+from tilefoundry.analysis.typeinfer import TypeInferContext
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.core import Call, Constant, Tuple, Var
 from tilefoundry.ir.hir.op_support import NO_AFFINE_RELATION
@@ -21,8 +23,6 @@ from tilefoundry.ir.types import (
 )
 from tilefoundry.ir.types.shard import B, Dynamic, Layout, P, S, ShardLayout, make_mesh
 from tilefoundry.rules import ACCESS_RELATION, EVAL, surface_entry
-from tilefoundry.visitor_registry import typeinfer_call
-from tilefoundry.visitor_registry.typeinfer import TypeInferContext
 
 X = make_mesh((4,), ("x",))
 XY = make_mesh((2, 4), ("x", "y"))

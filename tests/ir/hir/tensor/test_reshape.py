@@ -9,13 +9,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.hir.op_support import relations_of
 from tilefoundry.ir.hir.tensor.reshape import Reshape
 from tilefoundry.ir.types import DimVar, bf16, f32, i32, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, Layout, P, S, ShardLayout, Split, make_mesh
 from tilefoundry.rules import EVAL
-from tilefoundry.visitor_registry import typeinfer_call
 
 X = make_mesh((4,), ("x",))
 XY = make_mesh((2, 4), ("x", "y"))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tilefoundry.analysis import typeinfer_call
+from tilefoundry.analysis.access_structure import PiecewiseAxis, Projection
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.hir.op_support import relations_of
 from tilefoundry.ir.hir.tensor.shape_of import Rank, ShapeOf
@@ -19,8 +21,6 @@ from tilefoundry.ir.types import (
 )
 from tilefoundry.ir.types.shard import P, S, make_mesh
 from tilefoundry.rules import EVAL
-from tilefoundry.visitor_registry import typeinfer_call
-from tilefoundry.visitor_registry.access_structure import PiecewiseAxis, Projection
 
 XY = make_mesh((2, 4), ("x", "y"))
 SEQ = DimVar("SEQ", 1, 64)

@@ -6,6 +6,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tilefoundry.analysis import typeinfer_call
+from tilefoundry.analysis.access_relation import reduction_dims
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.hir.tensor.topk import TopK
 from tilefoundry.ir.types import (
@@ -21,8 +23,6 @@ from tilefoundry.ir.types import (
 )
 from tilefoundry.ir.types.shard import B, Layout, P, S, ShardLayout, make_mesh
 from tilefoundry.rules import ACCESS_RELATION, EVAL, surface_entry
-from tilefoundry.visitor_registry import typeinfer_call
-from tilefoundry.visitor_registry.access_relation import reduction_dims
 
 X = make_mesh((4,), ("x",))
 XY = make_mesh((2, 4), ("x", "y"))

@@ -8,6 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.hir.tensor.transpose import Transpose
 from tilefoundry.ir.types import (
@@ -21,7 +22,6 @@ from tilefoundry.ir.types import (
 )
 from tilefoundry.ir.types.shard import B, Layout, P, S, ShardLayout, make_mesh
 from tilefoundry.rules import EVAL
-from tilefoundry.visitor_registry import typeinfer_call
 
 X = make_mesh((4,), ("x",))
 XY = make_mesh((2, 4), ("x", "y"))

@@ -7,13 +7,13 @@ import re
 import numpy as np
 import pytest
 
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.hir.op_support import relations_of
 from tilefoundry.ir.hir.tensor.tuple_get_item import TupleGetItem
 from tilefoundry.ir.types import TupleType, f32, i64, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, P, S, make_mesh
 from tilefoundry.rules import EVAL
-from tilefoundry.visitor_registry import typeinfer_call
 
 XY = make_mesh((2, 4), ("x", "y"))
 A = make_tensor_type((4, 8), f32)

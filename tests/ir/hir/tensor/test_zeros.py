@@ -8,6 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.hir.tensor.zeros import Zeros
 from tilefoundry.ir.types import (
@@ -22,7 +23,6 @@ from tilefoundry.ir.types import (
     make_tensor_type,
 )
 from tilefoundry.rules import ACCESS_RELATION, EVAL, surface_entry
-from tilefoundry.visitor_registry import typeinfer_call
 
 N = DimVar("N", 1, 64)
 

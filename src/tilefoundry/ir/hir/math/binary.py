@@ -12,6 +12,7 @@ import enum
 
 import numpy as np
 
+from tilefoundry.analysis.access_relation import elementwise_relations
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
@@ -41,7 +42,6 @@ from tilefoundry.rules import (
     register_validation_samples,
 )
 from tilefoundry.rules.validation_samples import BOOL, GRID, POSITIVE, REAL, Sample, operand
-from tilefoundry.visitor_registry.access_relation import elementwise_relations
 from tilefoundry.visitor_registry.shard_reading import pending_partials
 
 

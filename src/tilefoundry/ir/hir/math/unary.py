@@ -11,6 +11,7 @@ import enum
 
 import numpy as np
 
+from tilefoundry.analysis.access_relation import elementwise_relations
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
@@ -36,7 +37,6 @@ from tilefoundry.rules import (
     register_validation_samples,
 )
 from tilefoundry.rules.validation_samples import BOOL, POSITIVE, REAL, Sample, operand
-from tilefoundry.visitor_registry.access_relation import elementwise_relations
 
 
 class UnaryKind(enum.Enum):

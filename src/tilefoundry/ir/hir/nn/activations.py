@@ -20,6 +20,7 @@ from functools import partial
 
 import numpy as np
 
+from tilefoundry.analysis.access_relation import elementwise_relations
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import compute_in_f32, op_name, refuse_partials, tensor_operands
@@ -36,7 +37,6 @@ from tilefoundry.rules import (
     register_validation_samples,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
-from tilefoundry.visitor_registry.access_relation import elementwise_relations
 
 
 def _only_tanh(value: str) -> str:

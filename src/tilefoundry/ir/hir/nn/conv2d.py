@@ -35,6 +35,7 @@ from functools import lru_cache
 import islpy as isl
 import numpy as np
 
+from tilefoundry.analysis.access_relation import AccessRelations, AffineAccess, BoundaryRelation
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
@@ -63,11 +64,6 @@ from tilefoundry.rules import (
     register_validation_samples,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
-from tilefoundry.visitor_registry.access_relation import (
-    AccessRelations,
-    AffineAccess,
-    BoundaryRelation,
-)
 from tilefoundry.visitor_registry.shard_reading import pending_partials
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilefoundry.analysis.access_relation import broadcast_shapes, contraction_relations
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
@@ -53,7 +54,6 @@ from tilefoundry.rules import (
     register_validation_samples,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
-from tilefoundry.visitor_registry.access_relation import broadcast_shapes, contraction_relations
 from tilefoundry.visitor_registry.shard_reading import pending_partials
 
 

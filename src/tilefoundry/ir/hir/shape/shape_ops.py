@@ -15,6 +15,12 @@ from __future__ import annotations
 import islpy as isl
 import numpy as np
 
+from tilefoundry.analysis.access_relation import (
+    AccessRelations,
+    AffineAccess,
+    BoundaryRelation,
+    identity_access,
+)
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import NO_AFFINE_RELATION, op_name, tensor_operands
@@ -38,12 +44,6 @@ from tilefoundry.rules.validation_samples import (
     Sample,
     TupleOperand,
     constant_operand,
-)
-from tilefoundry.visitor_registry.access_relation import (
-    AccessRelations,
-    AffineAccess,
-    BoundaryRelation,
-    identity_access,
 )
 
 _DIM = TensorType((), i64, None, StorageKind.UMAT)

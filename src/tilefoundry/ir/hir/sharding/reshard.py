@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tilefoundry.analysis.access_relation import AccessRelations, BoundaryRelation, identity_access
 from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import mesh_axis_label, op_name, split_owners, tensor_operands
@@ -59,11 +60,6 @@ from tilefoundry.rules import (
     register_validation_samples,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
-from tilefoundry.visitor_registry.access_relation import (
-    AccessRelations,
-    BoundaryRelation,
-    identity_access,
-)
 
 __all__ = ["Reshard", "needs_grid_fence"]
 

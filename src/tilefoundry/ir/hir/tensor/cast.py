@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilefoundry.analysis.access_relation import elementwise_relations
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
@@ -42,7 +43,6 @@ from tilefoundry.rules import (
     register_validation_samples,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
-from tilefoundry.visitor_registry.access_relation import elementwise_relations
 
 EVALUATOR_DTYPES = (f32, f16, bf16, fp8e4m3, f8e8m0, i32, i64, bool_)
 """hir §1.3 Cast: the dtypes the reference evaluator can convert to."""

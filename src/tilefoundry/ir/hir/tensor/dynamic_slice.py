@@ -30,6 +30,12 @@ from __future__ import annotations
 import islpy as isl
 import numpy as np
 
+from tilefoundry.analysis.access_relation import (
+    AccessRelations,
+    AffineAccess,
+    BoundaryRelation,
+    identity_access,
+)
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
@@ -56,12 +62,6 @@ from tilefoundry.rules import (
     register_validation_samples,
 )
 from tilefoundry.rules.validation_samples import Sample, constant_operand, operand
-from tilefoundry.visitor_registry.access_relation import (
-    AccessRelations,
-    AffineAccess,
-    BoundaryRelation,
-    identity_access,
-)
 
 __all__ = [
     "DynamicSlice",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilefoundry.analysis.storage import anchor_storage
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.core import Constant, Op, ParamDef, Tuple
 from tilefoundry.ir.hir.op_support import (
@@ -45,7 +46,6 @@ from tilefoundry.rules import (
 )
 from tilefoundry.rules.validation_samples import Sample, TupleOperand, constant_operand, operand
 from tilefoundry.visitor_registry.shard_reading import pending_partials
-from tilefoundry.visitor_registry.storage import anchor_storage
 
 __all__ = ["InsertSlice", "check_write_sharding", "destination_storage"]
 

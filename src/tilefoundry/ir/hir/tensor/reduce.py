@@ -22,6 +22,7 @@ import math
 import ml_dtypes
 import numpy as np
 
+from tilefoundry.analysis.access_relation import AccessRelations, reduction_relations
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
@@ -56,7 +57,6 @@ from tilefoundry.rules import (
     register_validation_samples,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
-from tilefoundry.visitor_registry.access_relation import AccessRelations, reduction_relations
 from tilefoundry.visitor_registry.shard_regroup import logical_groups
 
 __all__ = ["Reduce", "ReduceKind", "reduce_identity"]

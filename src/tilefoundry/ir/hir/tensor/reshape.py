@@ -21,6 +21,12 @@ from functools import reduce
 
 import numpy as np
 
+from tilefoundry.analysis.access_relation import (
+    AccessRelations,
+    BoundaryRelation,
+    identity_access,
+    linearized_view,
+)
 from tilefoundry.errors import EvalError, UnsupportedError, VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import mesh_axis_label, op_name, result_storage, tensor_operands
@@ -43,12 +49,6 @@ from tilefoundry.rules import (
     register_validation_samples,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
-from tilefoundry.visitor_registry.access_relation import (
-    AccessRelations,
-    BoundaryRelation,
-    identity_access,
-    linearized_view,
-)
 from tilefoundry.visitor_registry.shard_regroup import logical_groups
 
 

@@ -14,6 +14,12 @@ from __future__ import annotations
 import islpy as isl
 import numpy as np
 
+from tilefoundry.analysis.access_relation import (
+    AccessRelations,
+    AffineAccess,
+    BoundaryRelation,
+    identity_access,
+)
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import tensor_operands
 from tilefoundry.ir.types import StorageKind, TensorType, i64
@@ -30,12 +36,6 @@ from tilefoundry.rules import (
     register_validation_samples,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
-from tilefoundry.visitor_registry.access_relation import (
-    AccessRelations,
-    AffineAccess,
-    BoundaryRelation,
-    identity_access,
-)
 
 
 class ShapeOf(Op):

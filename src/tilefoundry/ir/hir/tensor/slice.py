@@ -21,6 +21,12 @@ from __future__ import annotations
 import islpy as isl
 import numpy as np
 
+from tilefoundry.analysis.access_relation import (
+    AccessRelations,
+    AffineAccess,
+    BoundaryRelation,
+    identity_access,
+)
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
@@ -46,12 +52,6 @@ from tilefoundry.rules import (
     register_validation_samples,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
-from tilefoundry.visitor_registry.access_relation import (
-    AccessRelations,
-    AffineAccess,
-    BoundaryRelation,
-    identity_access,
-)
 from tilefoundry.visitor_registry.shard_regroup import logical_axis_of
 
 

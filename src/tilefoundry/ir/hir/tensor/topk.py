@@ -13,6 +13,7 @@ from __future__ import annotations
 import islpy as isl
 import numpy as np
 
+from tilefoundry.analysis.access_relation import AccessRelations, AffineAccess, BoundaryRelation
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
@@ -51,11 +52,6 @@ from tilefoundry.rules import (
     register_validation_samples,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
-from tilefoundry.visitor_registry.access_relation import (
-    AccessRelations,
-    AffineAccess,
-    BoundaryRelation,
-)
 
 __all__ = ["TopK"]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilefoundry.analysis.access_relation import elementwise_relations
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
@@ -35,7 +36,6 @@ from tilefoundry.rules import (
     register_validation_samples,
 )
 from tilefoundry.rules.validation_samples import BOOL, Sample, operand
-from tilefoundry.visitor_registry.access_relation import elementwise_relations
 
 
 class Where(Op):

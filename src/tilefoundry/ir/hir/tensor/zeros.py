@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilefoundry.analysis.access_relation import AccessRelations, BoundaryRelation, identity_access
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import as_dtype, numpy_dtype, shape_attribute
@@ -22,11 +23,6 @@ from tilefoundry.rules import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
-)
-from tilefoundry.visitor_registry.access_relation import (
-    AccessRelations,
-    BoundaryRelation,
-    identity_access,
 )
 
 

@@ -1,15 +1,15 @@
-"""The process-wide op typeinfer memo (visitor_registry/typeinfer.py): results of a pure op rule
+"""The process-wide op typeinfer memo (analysis/typeinfer.py): results of a pure op rule
 are reused per (op, operand types); errors are not, so each is located at its own call site."""
 
 from __future__ import annotations
 
 import pytest
 
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Call, SourceSpan, Var
 from tilefoundry.ir.hir.nn import MatMul
 from tilefoundry.ir.types import TensorType, f32
-from tilefoundry.visitor_registry import TypeInferContext
 
 
 def test_same_error_is_located_at_each_call_site():

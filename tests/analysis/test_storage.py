@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tilefoundry.analysis.storage import anchor_storage
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.types.storage import StorageKind
-from tilefoundry.visitor_registry.storage import anchor_storage
 
 U, G, S, R = StorageKind.UMAT, StorageKind.GMEM, StorageKind.SMEM, StorageKind.RMEM
 

@@ -8,9 +8,7 @@ import islpy as isl
 import numpy as np
 import pytest
 
-from tilefoundry.errors import VerifyError
-from tilefoundry.ir.types.dims import DimVar
-from tilefoundry.visitor_registry.access_relation import (
+from tilefoundry.analysis.access_relation import (
     AccessRelations,
     AffineAccess,
     BoundaryRelation,
@@ -24,7 +22,7 @@ from tilefoundry.visitor_registry.access_relation import (
     reduction_dims,
     reduction_relations,
 )
-from tilefoundry.visitor_registry.access_structure import (
+from tilefoundry.analysis.access_structure import (
     AffineAxis,
     ConstantAxis,
     PiecewiseAxis,
@@ -32,6 +30,8 @@ from tilefoundry.visitor_registry.access_structure import (
     QuasiAffineAxis,
     map_axes,
 )
+from tilefoundry.errors import VerifyError
+from tilefoundry.ir.types.dims import DimVar
 
 
 def boundary(text, parameters=()):

@@ -20,8 +20,8 @@ from functools import cached_property, lru_cache
 
 import islpy as isl
 
+from tilefoundry.analysis.access_structure import AxisAccess, map_axes
 from tilefoundry.errors import VerifyError
-from tilefoundry.visitor_registry.access_structure import AxisAccess, map_axes
 
 __all__ = [
     "AccessRelations",
