@@ -45,9 +45,9 @@ from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.types import TupleType, Type
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
 from tilefoundry.rules import EVAL, SHARDED_EVAL
-from tilefoundry.visitor_registry.block_plan import ArgView, Block, BlockPlan, Engine, Kind
-from tilefoundry.visitor_registry.mesh_views import refine
-from tilefoundry.visitor_registry.shard_reading import AxisSplit, axis_splits
+from tilefoundry.sharding.block_plan import ArgView, Block, BlockPlan, Engine, Kind
+from tilefoundry.sharding.mesh_views import refine
+from tilefoundry.sharding.shard_reading import AxisSplit, axis_splits
 
 
 def _leaves(value: Any) -> list[Any]:

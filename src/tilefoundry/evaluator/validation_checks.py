@@ -36,7 +36,7 @@ from tilefoundry.ir.types import TupleType, Type, make_shard_tensor_type
 from tilefoundry.ir.types import make_tensor_type as plain_type
 from tilefoundry.ir.types.shard import B, Mesh, P, ShardLayout, Split, make_mesh
 from tilefoundry.rules.validation_samples import Operand, Sample
-from tilefoundry.visitor_registry.shard_reading import canonical_splits
+from tilefoundry.sharding.shard_reading import canonical_splits
 
 REDUCTIONS = ("sum", "max", "min")
 _TOLERANCE = {"float64": 1e-9, "float32": 2e-4, "float16": 2e-2, "bfloat16": 6e-2}

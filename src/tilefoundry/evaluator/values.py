@@ -25,7 +25,7 @@ from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.types import TensorType
 from tilefoundry.ir.types.shard import Broadcast, Mesh, Partial, ShardLayout
 from tilefoundry.ir.types.shard.int_tuple import is_int
-from tilefoundry.visitor_registry.shard_reading import AxisSplit, axis_splits
+from tilefoundry.sharding.shard_reading import AxisSplit, axis_splits
 
 EVALUATOR = "the reference evaluator"
 """How the evaluator names itself where a shared reader (axis_splits, the block plan)

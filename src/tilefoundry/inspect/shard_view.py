@@ -24,8 +24,8 @@ from tilefoundry.ir.types.shard import Broadcast, Partial, ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten
 from tilefoundry.passes.graph import post_order
 from tilefoundry.rules import surface_entry
-from tilefoundry.visitor_registry.block_plan import ArgView, BlockPlan, Engine, Kind
-from tilefoundry.visitor_registry.reshard_plan import (
+from tilefoundry.sharding.block_plan import ArgView, BlockPlan, Engine, Kind
+from tilefoundry.sharding.reshard_plan import (
     AllGather,
     AllReduce,
     ReduceScatter,

@@ -58,6 +58,13 @@ _MOVED = {
     "registry": "tilefoundry.rules.registry",
     "surface": "tilefoundry.rules.surface",
     "validation_samples": "tilefoundry.rules.validation_samples",
+    "axis_access": "tilefoundry.sharding.axis_access",
+    "block_plan": "tilefoundry.sharding.block_plan",
+    "mesh_views": "tilefoundry.sharding.mesh_views",
+    "reshard_plan": "tilefoundry.sharding.reshard_plan",
+    "shard_propagate": "tilefoundry.sharding.shard_propagate",
+    "shard_reading": "tilefoundry.sharding.shard_reading",
+    "shard_regroup": "tilefoundry.sharding.shard_regroup",
 }
 for _old, _home in _MOVED.items():
     sys.modules[f"{__name__}.{_old}"] = globals()[_old] = import_module(_home)

@@ -13,7 +13,7 @@ def _block(type_, shape, device: int) -> tuple:
     """The global index of the block `device` holds, from `canonical_splits` (mixed radix over
     each Split's mesh axes, outermost first: DESIGN §4.13), not from jax's sharding."""
     from tilefoundry.ir.types.shard.mesh import c_order_strides
-    from tilefoundry.visitor_registry.shard_reading import canonical_splits
+    from tilefoundry.sharding.shard_reading import canonical_splits
 
     splits = canonical_splits(type_, "test", "the test")
     index = [slice(None)] * len(shape)

@@ -50,7 +50,7 @@ from tilefoundry.ir.hir.tensor import TupleGetItem
 from tilefoundry.ir.types import TensorType, TupleType, make_shard_tensor_type
 from tilefoundry.ir.types.shard import B, Mesh, Partial, ShardLayout, Split
 from tilefoundry.rules.validation_samples import Sample
-from tilefoundry.visitor_registry.shard_reading import canonical_splits, pending_partials
+from tilefoundry.sharding.shard_reading import canonical_splits, pending_partials
 
 MESHES: tuple[Mesh, ...] = Settings().meshes
 PER_OP = {1: 10, 2: 8}

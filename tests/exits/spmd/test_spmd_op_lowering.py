@@ -25,7 +25,7 @@ from tilefoundry.frontend import Tensor, func
 from tilefoundry.ir.core import Call
 from tilefoundry.ir.hir.tensor import Reshape
 from tilefoundry.ir.hir.walk import all_operands
-from tilefoundry.visitor_registry.shard_reading import canonical_splits
+from tilefoundry.sharding.shard_reading import canonical_splits
 
 pytest.importorskip("jax", reason="the SPMD exit tests need jax[lib]")
 

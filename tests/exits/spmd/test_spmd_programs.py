@@ -21,7 +21,7 @@ from tilefoundry.ir.hir import FusionRegion
 from tilefoundry.ir.hir.sharding import Reshard
 from tilefoundry.ir.hir.tensor import Reduce
 from tilefoundry.ir.hir.walk import all_operands
-from tilefoundry.visitor_registry.shard_reading import canonical_splits, pending_partials
+from tilefoundry.sharding.shard_reading import canonical_splits, pending_partials
 
 pytest.importorskip("jax", reason="the SPMD exit tests need jax[lib]")
 

@@ -138,7 +138,7 @@ def _into(op, args, out):
 @pytest.mark.parametrize("kind", ARITHMETIC, ids=lambda k: k.value)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_binary_into_its_own_operand_writes_what_eval_returns(kind, dtype):
-    """EVAL_INTO contract (visitor_registry): the values written are the EVAL rule's, bit for
+    """EVAL_INTO contract (rules): the values written are the EVAL rule's, bit for
     bit, with `out` one of the operands; a rank-0 f32 literal and a broadcast operand too."""
     rng = np.random.default_rng(11)
     lhs = (rng.standard_normal((8, 12)) * 5).astype(dtype)

@@ -24,7 +24,7 @@ from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.hir.walk import iter_nodes
 from tilefoundry.ir.types import TensorType, TupleType, Type
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
-from tilefoundry.visitor_registry.shard_reading import canonical_splits, pending_partials
+from tilefoundry.sharding.shard_reading import canonical_splits, pending_partials
 
 EXIT = "the Pallas exit"
 GRID_TOPOLOGY = "cta"

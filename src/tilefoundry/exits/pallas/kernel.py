@@ -34,8 +34,8 @@ from tilefoundry.ir.hir.walk import all_operands, block_operands, iter_nodes, ru
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
 from tilefoundry.rules import PALLAS, PALLAS_REF_READERS, PALLAS_SHARDED, SHARDED_EVAL
-from tilefoundry.visitor_registry.block_plan import ArgView, BlockPlan, Engine, Kind
-from tilefoundry.visitor_registry.shard_reading import canonical_splits, pending_partials
+from tilefoundry.sharding.block_plan import ArgView, BlockPlan, Engine, Kind
+from tilefoundry.sharding.shard_reading import canonical_splits, pending_partials
 
 ENGINE = Engine(name=EXIT, rule="PALLAS_SHARDED", article="a", combiners=(), label=mesh_axis_label)
 

@@ -35,8 +35,8 @@ from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TensorType, TupleType, Type, i32
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
 from tilefoundry.rules import ACCESS_RELATION, STABLEHLO
-from tilefoundry.visitor_registry.block_plan import ArgView, BlockPlan, Engine, Kind
-from tilefoundry.visitor_registry.shard_reading import canonical_splits
+from tilefoundry.sharding.block_plan import ArgView, BlockPlan, Engine, Kind
+from tilefoundry.sharding.shard_reading import canonical_splits
 
 Operand = Shard | tuple["Operand", ...]
 

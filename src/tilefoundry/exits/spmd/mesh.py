@@ -7,7 +7,7 @@ written here. A value's block on a device is what the reference evaluator gives 
 (`evaluator.values`): each Split logical axis is cut into equal contiguous blocks numbered
 mixed-radix over its mesh axes, outermost first, so only canonical layouts (each Split an
 outermost factor of its logical axis) have a block reading, and others fail closed; both read it
-through `visitor_registry.shard_reading.canonical_splits`.
+through `sharding.shard_reading.canonical_splits`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from tilefoundry.ir.types import TensorType
 from tilefoundry.ir.types.shard import Layout, Mesh
 from tilefoundry.ir.types.shard.int_tuple import is_int
 from tilefoundry.ir.types.shard.mesh import c_order_strides
-from tilefoundry.visitor_registry.mesh_views import Refinement
-from tilefoundry.visitor_registry.shard_reading import canonical_splits
+from tilefoundry.sharding.mesh_views import Refinement
+from tilefoundry.sharding.shard_reading import canonical_splits
 
 EXIT = "the SPMD exit"
 """How this exit names itself when a shared reader (canonical_splits, the plans) refuses."""

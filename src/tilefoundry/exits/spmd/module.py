@@ -60,8 +60,8 @@ from tilefoundry.ir.lowering.mlir_text import dense_literal
 from tilefoundry.ir.types import TensorType, TupleType, Type, i64
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
 from tilefoundry.rules import SHARDED_EVAL, SPMD_LOWERING
-from tilefoundry.visitor_registry.mesh_views import Refinement, refine
-from tilefoundry.visitor_registry.shard_reading import canonical_splits, pending_partials
+from tilefoundry.sharding.mesh_views import Refinement, refine
+from tilefoundry.sharding.shard_reading import canonical_splits, pending_partials
 
 __all__ = [
     "SpmdModule",

@@ -1,4 +1,4 @@
-"""A Reshard on devices: the steps of its plan (`visitor_registry.reshard_plan`), emitted.
+"""A Reshard on devices: the steps of its plan (`sharding.reshard_plan`), emitted.
 
 Which collectives a Reshard needs is decided once, by the pure plan the inspector also describes,
 so `show` and the report say what this exit emits; here each step becomes its StableHLO
@@ -15,7 +15,7 @@ from tilefoundry.exits.spmd.collectives import DeviceBody, Shard
 from tilefoundry.exits.spmd.mesh import EXIT
 from tilefoundry.ir.types import TensorType
 from tilefoundry.ir.types.shard import Mesh
-from tilefoundry.visitor_registry.reshard_plan import (
+from tilefoundry.sharding.reshard_plan import (
     AllGather,
     AllReduce,
     AllToAll,

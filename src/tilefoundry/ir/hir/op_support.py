@@ -34,9 +34,9 @@ from tilefoundry.ir.types import DType, StorageKind, TensorType, Type, f32, norm
 from tilefoundry.ir.types.shard import Mesh, ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten
 from tilefoundry.rules import ACCESS_RELATION
-from tilefoundry.visitor_registry.shard_propagate import derive_output_shard_layout
-from tilefoundry.visitor_registry.shard_reading import pending_partials
-from tilefoundry.visitor_registry.shard_regroup import logical_groups
+from tilefoundry.sharding.shard_propagate import derive_output_shard_layout
+from tilefoundry.sharding.shard_reading import pending_partials
+from tilefoundry.sharding.shard_regroup import logical_groups
 
 NO_AFFINE_RELATION: Callable[..., Any] = lambda op, arg_types: None  # noqa: E731
 """The explicit marker an op registers when no affine access relation describes it (its write

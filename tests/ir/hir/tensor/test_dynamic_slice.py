@@ -19,7 +19,7 @@ from tilefoundry.ir.hir.tensor import DynamicSlice, DynamicUpdateSlice
 from tilefoundry.ir.types import DimVar, f32, i32, i64, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, P, S, make_mesh
 from tilefoundry.rules import EVAL
-from tilefoundry.visitor_registry.axis_access import WholeAxis, axis_accesses
+from tilefoundry.sharding.axis_access import WholeAxis, axis_accesses
 
 X = make_mesh((2,), ("x",))
 N = DimVar("N", 4, 64)

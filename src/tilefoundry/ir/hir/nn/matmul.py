@@ -54,7 +54,7 @@ from tilefoundry.rules import (
     register_validation_samples,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
-from tilefoundry.visitor_registry.shard_reading import pending_partials
+from tilefoundry.sharding.shard_reading import pending_partials
 
 
 class MatMul(Op):

@@ -39,7 +39,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
 )
-from tilefoundry.visitor_registry.shard_regroup import logical_groups
+from tilefoundry.sharding.shard_regroup import logical_groups
 
 __all__ = ["Local"]
 

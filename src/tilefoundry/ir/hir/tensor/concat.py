@@ -57,8 +57,8 @@ from tilefoundry.rules import (
     register_validation_samples,
 )
 from tilefoundry.rules.validation_samples import Sample, TupleOperand, operand
-from tilefoundry.visitor_registry.shard_reading import pending_partials
-from tilefoundry.visitor_registry.shard_regroup import logical_axis_of
+from tilefoundry.sharding.shard_reading import pending_partials
+from tilefoundry.sharding.shard_regroup import logical_axis_of
 
 
 class Concat(Op):

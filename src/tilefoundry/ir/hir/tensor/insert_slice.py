@@ -45,7 +45,7 @@ from tilefoundry.rules import (
     register_validation_samples,
 )
 from tilefoundry.rules.validation_samples import Sample, TupleOperand, constant_operand, operand
-from tilefoundry.visitor_registry.shard_reading import pending_partials
+from tilefoundry.sharding.shard_reading import pending_partials
 
 __all__ = ["InsertSlice", "check_write_sharding", "destination_storage"]
 

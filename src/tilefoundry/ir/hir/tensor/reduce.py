@@ -57,7 +57,7 @@ from tilefoundry.rules import (
     register_validation_samples,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
-from tilefoundry.visitor_registry.shard_regroup import logical_groups
+from tilefoundry.sharding.shard_regroup import logical_groups
 
 __all__ = ["Reduce", "ReduceKind", "reduce_identity"]
 

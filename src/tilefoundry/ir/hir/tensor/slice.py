@@ -52,7 +52,7 @@ from tilefoundry.rules import (
     register_validation_samples,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
-from tilefoundry.visitor_registry.shard_regroup import logical_axis_of
+from tilefoundry.sharding.shard_regroup import logical_axis_of
 
 
 def _check_indices(value: object) -> tuple:

@@ -26,7 +26,7 @@ from tilefoundry.ir.types import Type
 from tilefoundry.ir.types.shard import Layout, Mesh, ShardLayout
 from tilefoundry.ir.types.shard.int_tuple import is_int
 from tilefoundry.ir.types.shard.mesh import c_order_strides
-from tilefoundry.visitor_registry.shard_reading import Splits, canonical_splits, pending_partials
+from tilefoundry.sharding.shard_reading import Splits, canonical_splits, pending_partials
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,8 @@ from tilefoundry.errors import UnsupportedError
 from tilefoundry.ir.core import Op
 from tilefoundry.ir.types import TensorType, TupleType, Type
 from tilefoundry.ir.types.shard import Mesh, Partial, ShardLayout, Split
-from tilefoundry.visitor_registry.axis_access import WholeAxis, axis_accesses, relations_for
-from tilefoundry.visitor_registry.shard_reading import (
-    AxisSplit,
-    Splits,
-    axis_splits,
-    pending_partials,
-)
+from tilefoundry.sharding.axis_access import WholeAxis, axis_accesses, relations_for
+from tilefoundry.sharding.shard_reading import AxisSplit, Splits, axis_splits, pending_partials
 
 
 class Kind(enum.Enum):

@@ -31,7 +31,7 @@ from tilefoundry.ir.types.shard import (
     canonical_shard_layout,
     make_mesh,
 )
-from tilefoundry.visitor_registry.shard_propagate import (
+from tilefoundry.sharding.shard_propagate import (
     derive_output_shard_layout,
     partial_reductions_by_axis,
 )

@@ -22,7 +22,7 @@ from tilefoundry.ir.types import TensorType, TupleType
 from tilefoundry.ir.types.shard import Broadcast, Dynamic, Layout, Partial, ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten
 from tilefoundry.ir.types.shard.mesh import c_order_strides
-from tilefoundry.visitor_registry.shard_regroup import carried_factors, logical_axis_of
+from tilefoundry.sharding.shard_regroup import carried_factors, logical_axis_of
 
 __all__ = ["derive_output_shard_layout", "partial_reductions_by_axis"]
 

@@ -15,7 +15,7 @@ from tilefoundry.ir.hir import Function
 from tilefoundry.ir.hir.sharding import Reshard
 from tilefoundry.ir.types import f32, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, Layout, P, S, ShardLayout, Split, make_mesh
-from tilefoundry.visitor_registry.reshard_plan import (
+from tilefoundry.sharding.reshard_plan import (
     AllGather,
     AllReduce,
     AllToAll,
@@ -23,7 +23,7 @@ from tilefoundry.visitor_registry.reshard_plan import (
     Slice,
     plan_reshard,
 )
-from tilefoundry.visitor_registry.shard_reading import canonical_splits, pending_partials
+from tilefoundry.sharding.shard_reading import canonical_splits, pending_partials
 
 TP = make_mesh((4,), ("tp",))
 XY = make_mesh((2, 4), ("x", "y"))

@@ -19,8 +19,8 @@ from tilefoundry.errors import UnsupportedError
 from tilefoundry.ir.types import TensorType, Type
 from tilefoundry.ir.types.shard import Layout, ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten
-from tilefoundry.visitor_registry.shard_propagate import partial_reductions_by_axis
-from tilefoundry.visitor_registry.shard_regroup import logical_groups
+from tilefoundry.sharding.shard_propagate import partial_reductions_by_axis
+from tilefoundry.sharding.shard_regroup import logical_groups
 
 Splits = dict[int, tuple[int, ...]]
 """Logical axis -> the mesh axes splitting it, outermost block first."""

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from itertools import groupby
 
 from tilefoundry.ir.types import Type
-from tilefoundry.visitor_registry.mesh_views import Refinement, mesh_of, refine
-from tilefoundry.visitor_registry.shard_reading import Splits
+from tilefoundry.sharding.mesh_views import Refinement, mesh_of, refine
+from tilefoundry.sharding.shard_reading import Splits
 
 
 @dataclass(frozen=True)

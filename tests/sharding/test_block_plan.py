@@ -16,14 +16,7 @@ from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.hir.tensor.slice import Slice
 from tilefoundry.ir.types import f32, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, P, S, make_mesh
-from tilefoundry.visitor_registry.block_plan import (
-    ArgView,
-    Block,
-    BlockPlan,
-    Engine,
-    Kind,
-    Settlement,
-)
+from tilefoundry.sharding.block_plan import ArgView, Block, BlockPlan, Engine, Kind, Settlement
 
 MESH = make_mesh((4,), ("x",))
 ENGINE = Engine("the test", "SHARDED_EVAL", "a", ("sum",), mesh_axis_label)
