@@ -8,6 +8,7 @@ from tilefoundry.ir.hir.tensor.dynamic_slice import DynamicSlice
 from tilefoundry.ir.hir.tensor.dynamic_update_slice import DynamicUpdateSlice
 from tilefoundry.ir.hir.tensor.gather import Gather
 from tilefoundry.ir.hir.tensor.insert_slice import InsertSlice
+from tilefoundry.ir.hir.tensor.pad import Pad
 from tilefoundry.ir.hir.tensor.reduce import Reduce, ReduceKind
 from tilefoundry.ir.hir.tensor.reshape import Reshape
 from tilefoundry.ir.hir.tensor.shape_of import Rank, ShapeOf
@@ -27,6 +28,7 @@ __all__ = [
     "DynamicUpdateSlice",
     "Gather",
     "InsertSlice",
+    "Pad",
     "Rank",
     "Reduce",
     "ReduceKind",

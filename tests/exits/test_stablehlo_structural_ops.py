@@ -1,0 +1,49 @@
+"""The structural ops (Pad, ScatterAdd, Reverse, Cumulative, Clamp, Iota) at the StableHLO exit:
+emitted, parsed and verified by jaxlib, serialised at the pinned target, run on XLA and compared
+with the reference evaluator (support.stablehlo_check), over the dtypes and attributes whose
+lowering differs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from support.functions import call, function_of
+from support.stablehlo_check import check
+from tilefoundry.ir.hir.tensor import Pad
+from tilefoundry.ir.types import DType, bf16, bool_, f16, f32, i8, i32, i64, make_tensor_type, u8
+
+pytest.importorskip("jax", reason="the StableHLO toolchain tests need jax[lib]")
+
+t = make_tensor_type
+
+
+def data(shape, dtype: DType, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if dtype.is_bool:
+        return rng.random(shape) < 0.5
+    if dtype.is_int:
+        low = 0 if dtype.is_unsigned else -9
+        return rng.integers(low, 10, shape).astype(dtype.to_numpy())
+    return np.round(rng.standard_normal(shape) * 3, 1).astype(dtype.to_numpy())
+
+
+def unary(op, type_, name="f"):
+    return function_of({"x": type_}, lambda x: call(op, x), name)
+
+
+@pytest.mark.parametrize("dtype", [f32, bf16, i32, u8, bool_])
+def test_pad_edges_interior_and_negative(dtype):
+    value = True if dtype.is_bool else 3
+    op = Pad(low=(1, -1), high=(2, -1), interior=(0, 1), value=value)
+    check(unary(op, t((3, 5), dtype)), data((3, 5), dtype))
+
+
+def test_pad_with_minus_infinity_for_a_max_pool():
+    op = Pad(low=(1,), high=(1,), value=-np.inf)
+    check(unary(op, t((4,), f16)), data((4,), f16))
+
+
+def test_pad_of_an_empty_axis_and_a_scalar():
+    check(unary(Pad(low=(2, 0), high=(1, 0), interior=(3, 0)), t((0, 2), i8)), data((0, 2), i8))
+    check(unary(Pad(low=(), high=()), t((), i64)), np.array(7, np.int64))
