@@ -10,7 +10,7 @@ import pytest
 
 from support.functions import call, function_of
 from support.stablehlo_check import check
-from tilefoundry.ir.hir.tensor import Pad
+from tilefoundry.ir.hir.tensor import Pad, ScatterAdd
 from tilefoundry.ir.types import DType, bf16, bool_, f16, f32, i8, i32, i64, make_tensor_type, u8
 
 pytest.importorskip("jax", reason="the StableHLO toolchain tests need jax[lib]")
@@ -47,3 +47,20 @@ def test_pad_with_minus_infinity_for_a_max_pool():
 def test_pad_of_an_empty_axis_and_a_scalar():
     check(unary(Pad(low=(2, 0), high=(1, 0), interior=(3, 0)), t((0, 2), i8)), data((0, 2), i8))
     check(unary(Pad(low=(), high=()), t((), i64)), np.array(7, np.int64))
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "i_shape", "axis", "batch"),
+    [((6, 3), (4, 2), 0, 0), ((3, 6, 2), (5,), 1, 0), ((2, 3, 6), (2, 3, 4), 2, 2),
+     ((2, 6, 3), (2, 4), 1, 1), ((4,), (), 0, 0)],
+)  # fmt: skip
+@pytest.mark.parametrize("dtype", [f32, bf16, i32])
+def test_scatter_add_axes_batches_and_duplicates(x_shape, i_shape, axis, batch, dtype):
+    u_shape = (*x_shape[:axis], *i_shape[batch:], *x_shape[axis + 1 :])
+    op = ScatterAdd(axis=axis, batch_dims=batch)
+    fn = function_of(
+        {"x": t(x_shape, dtype), "i": t(i_shape, i32), "u": t(u_shape, dtype)},
+        lambda x, i, u: call(op, x, i, u),
+    )
+    indices = np.random.default_rng(2).integers(0, x_shape[axis], i_shape).astype(np.int32)
+    check(fn, data(x_shape, dtype), indices, data(u_shape, dtype, seed=1))

@@ -206,6 +206,7 @@ class ShardedCall:
         coord: Coord,
         axes: Sequence[int | None],
         own: frozenset[int] = frozenset(),
+        independent_of: frozenset[int] = frozenset(),
     ) -> np.ndarray:
         """`coord`'s share of the argument `value` on the blocks of the (single) result.
 
@@ -214,7 +215,10 @@ class ShardedCall:
         device slices its replica to its block (no communication); where both are split the same
         way the shard is the block already; any other pairing has no block reading and fails
         closed. Axes in `own` keep the device's own shard as it is: the rule itself says what a
-        Split there means (Gather's gathered axis). A Partial is an addend, used as it is.
+        Split there means (Gather's gathered axis). A Partial is an addend, used as it is. A
+        split result axis `value` has no axis for fails closed, unless it is in
+        `independent_of`: every block of it reads `value` whole (ScatterAdd's indices do not
+        vary along the columns they write).
         """
         out_type, out_shape = self.out_fields[0], self.out_shapes[0]
         out_splits = _splits(out_type, self.where)
@@ -245,7 +249,8 @@ class ShardedCall:
                     "result; reshard that argument to the result's layout first"
                 )
             index.append(wanted[out_axis])
-        uncovered = sorted(set(out_splits) - {a for a in axes if a is not None})
+        covered = {a for a in axes if a is not None} | independent_of
+        uncovered = sorted(set(out_splits) - covered)
         if uncovered:
             raise UnsupportedError(
                 f"{self.where}: the result is split on axis {uncovered[0]}, along which an "

@@ -28,14 +28,15 @@ NO_PALLAS_RULE = (
     "InsertSlice",
     "Local",
     "Rank",
+    "ScatterAdd",
     "ShapeCompose",
     "ShapeExtract",
     "ShapeOf",
     "TopK",
 )
-"""Ops the Pallas exit refuses by name (fail closed): gathers, scatters into caches, shape
-queries and the fused norms/conv/rope have no kernel rule yet; Local has no meaning in one
-kernel (a CTA's block IS its value)."""
+"""Ops the Pallas exit refuses by name (fail closed): gathers, scatters (into caches, or adding
+at runtime indices), shape queries and the fused norms/conv/rope have no kernel rule yet; Local
+has no meaning in one kernel (a CTA's block IS its value)."""
 
 NO_PALLAS_SHARDED_RULE = (
     "CacheUpdate",
@@ -46,6 +47,7 @@ NO_PALLAS_SHARDED_RULE = (
     "Rank",
     "Reshape",
     "RoPE",
+    "ScatterAdd",
     "ShapeOf",
     "Stack",
 )

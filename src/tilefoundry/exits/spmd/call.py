@@ -32,7 +32,7 @@ from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.lowering.builder import Lowering
 from tilefoundry.ir.lowering.replay import lower_cached
 from tilefoundry.ir.lowering.values import Value
-from tilefoundry.ir.types import TensorType, TupleType, Type, i32
+from tilefoundry.ir.types import TensorType, TupleType, Type, bool_, i32
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
 from tilefoundry.rules import ACCESS_RELATION, STABLEHLO
 from tilefoundry.sharding.block_plan import ArgView, BlockPlan, Engine, Kind
@@ -141,14 +141,21 @@ class SpmdCall:
             index.append(slice(start * size, (start + 1) * size) if mesh_axes else slice(None))
         return tuple(index)
 
-    def aligned(self, value: Shard, axes: Sequence[int | None], own: frozenset[int] = frozenset()):
+    def aligned(
+        self,
+        value: Shard,
+        axes: Sequence[int | None],
+        own: frozenset[int] = frozenset(),
+        independent_of: frozenset[int] = frozenset(),
+    ):
         """This device's share of operand `value` on the blocks of the (single) result, as the
         evaluator's `ShardedCall.aligned` reads it: axis `j` of `value` runs along result axis
         `axes[j]` (None: an axis the result lacks, which must not be split). A replicated axis
         is cut locally to the result's block (a `dynamic_slice`, nothing moves); an axis split
         as the result is split is the block already; any other pairing fails closed. Axes in
         `own` keep the device's own shard (the rule says what a Split there means). A Partial
-        is an addend, used as it is."""
+        is an addend, used as it is. A split result axis in `independent_of` reads `value`
+        whole in every block."""
         out_splits = canonical_splits(self.out_fields[0], self.where, EXIT)
         if value.per_device:
             if out_splits:
@@ -173,7 +180,8 @@ class SpmdCall:
                     "of the result; reshard that operand to the result's layout first"
                 )
             cuts[axis] = want
-        uncovered = sorted(set(out_splits) - {a for a in axes if a is not None})
+        covered = {a for a in axes if a is not None} | independent_of
+        uncovered = sorted(set(out_splits) - covered)
         if uncovered:
             raise UnsupportedError(
                 f"{self.where}: the result is split on axis {uncovered[0]}, along which an "
@@ -220,6 +228,15 @@ class SpmdCall:
             return Value(self.lw, self.body.scalar(0), (), i32)
         name = self.body.block_offset(mesh_axes, value.local.shape[logical_axis], self.mesh)
         return Value(self.lw, name, (), i32)
+
+    def first_along(self, mesh_axes: Sequence[int]) -> Value:
+        """Whether this device is the first (coordinate 0) along every one of `mesh_axes` (an
+        i1 scalar): where a replicated value must be counted once in a pending sum."""
+        first = Value(self.lw, self.lw.constant(True, bool_), (), bool_)
+        for m in mesh_axes:
+            coordinate = Value(self.lw, self.body.coordinate(m, self.mesh), (), i32)
+            first = first & (coordinate == 0)
+        return first
 
     def _wrap(self, names: Any, local_out: Type, per_device: bool) -> Operand:
         tupled = isinstance(self.out_type, TupleType)

@@ -164,21 +164,10 @@ class DeviceBody:
         )
         self.origins.append(self.current)
 
-    def _combiner_region(self, dtype, reduction: str) -> tuple[str, str]:
-        """(`({ ^bb0 ... })` region text, scalar type) combining two elements by `reduction`."""
-        lw = self.lw
+    def _combiner_region(self, dtype, reduction: str) -> str:
+        """The region combining two elements by `reduction` (bools by or/and)."""
         table = _BOOL_COMBINERS if dtype.is_bool else _COMBINERS
-        scalar = lw.type(TensorType((), dtype))
-        a, b = lw.fresh(), lw.fresh()
-        inner = lw.child(4)
-        combined = inner.op(f"stablehlo.{table[reduction]} {a}, {b} : {scalar}")
-        inner.line(f"stablehlo.return {combined} : {scalar}")
-        pad = " " * (lw.indent + 2)
-        region = (
-            f"({{\n{pad}^bb0({a}: {scalar}, {b}: {scalar}):\n" + "\n".join(inner.lines) + "\n"
-            f"{' ' * lw.indent}}})"
-        )
-        return region, scalar
+        return self.lw.combiner_region(dtype, table[reduction])
 
     def all_reduce(
         self,
@@ -191,7 +180,7 @@ class DeviceBody:
     ) -> Shard:
         """Every device of a group ends with the `reduction` (sum, max, min) of its members'."""
         mesh, lw, local = mesh or self.mesh, self.lw, x.local
-        region, _ = self._combiner_region(local.dtype, reduction)
+        region = self._combiner_region(local.dtype, reduction)
         name = lw.op(
             f'"stablehlo.all_reduce"({x.name}) <{{{self._attributes(mesh, mesh_axes)}}}> '
             f"{region} : ({lw.type(local)}) -> {lw.type(local)}"
@@ -215,7 +204,7 @@ class DeviceBody:
         shape = list(x.local.shape)
         shape[axis] //= prod(mesh.shape[m] for m in mesh_axes)
         local = TensorType(tuple(shape), x.local.dtype)
-        region, _ = self._combiner_region(local.dtype, reduction)
+        region = self._combiner_region(local.dtype, reduction)
         name = lw.op(
             f'"stablehlo.reduce_scatter"({x.name}) <{{{self._attributes(mesh, mesh_axes)}, '
             f"scatter_dimension = {axis} : i64}}> {region} : "

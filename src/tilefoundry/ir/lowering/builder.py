@@ -163,6 +163,20 @@ class Lowering:
             f"{self.type(out_type)}"
         )
 
+    def combiner_region(self, dtype: DType, combiner: str) -> str:
+        """The `({ ^bb0(a, b): ... })` region of a reduce-like op (all_reduce, scatter,
+        reduce_window) that combines two scalars of `dtype` by `stablehlo.<combiner>`."""
+        scalar = self.type(TensorType((), dtype))
+        a, b = self.fresh(), self.fresh()
+        inner = self.child(4)
+        combined = inner.op(f"stablehlo.{combiner} {a}, {b} : {scalar}")
+        inner.line(f"stablehlo.return {combined} : {scalar}")
+        pad = " " * (self.indent + 2)
+        return (
+            f"({{\n{pad}^bb0({a}: {scalar}, {b}: {scalar}):\n" + "\n".join(inner.lines) + "\n"
+            f"{' ' * self.indent}}})"
+        )
+
     def dot_general(
         self,
         lhs: str,

@@ -289,6 +289,33 @@ def gather(x: Value, indices: Value, axis: int, batch_dims: int = 0) -> Value:
     return x._new(name, shape)
 
 
+def scatter_add(x: Value, indices: Value, updates: Value, axis: int, batch_dims: int = 0) -> Value:
+    """`out = x; out[c.., indices[b.., i..], t..] += updates[c.., i.., t..]` (the ScatterAdd op's
+    contract, `gather`'s transpose) as one `stablehlo.scatter` with an add region: the dimension
+    numbers are `gather`'s, read the other way. StableHLO skips an update whose index is out of
+    range (the reference refuses it)."""
+    n_index = indices.rank - batch_dims
+    window = [*range(batch_dims, axis), *range(axis + n_index, updates.rank)]
+    numbers = [f"update_window_dims = {_list(window)}", f"inserted_window_dims = [{axis}]"]
+    if batch_dims:
+        batching = _list(range(batch_dims))
+        numbers += [
+            f"input_batching_dims = {batching}",
+            f"scatter_indices_batching_dims = {batching}",
+        ]
+    numbers += [f"scatter_dims_to_operand_dims = [{axis}]", f"index_vector_dim = {indices.rank}"]
+    lw = x.lw
+    region = lw.combiner_region(x.dtype, "add")
+    types = ", ".join(lw.type(v.type) for v in (x, indices, updates))
+    name = lw.op(
+        f'"stablehlo.scatter"({x.name}, {indices.name}, {updates.name}) '
+        f"{region} {{scatter_dimension_numbers = "
+        f"#stablehlo.scatter<{', '.join(numbers)}>, indices_are_sorted = false, "
+        f"unique_indices = false}} : ({types}) -> {lw.type(x.type)}"
+    )
+    return x._new(name)
+
+
 def iota(lw: Lowering, shape: Sequence[int], dim: int, dtype: DType = i64) -> Value:
     type_ = TensorType(tuple(shape), dtype)
     name = lw.op(f"stablehlo.iota dim = {dim} : {lw.type(type_)}")

@@ -11,6 +11,7 @@ from tilefoundry.ir.hir.tensor.insert_slice import InsertSlice
 from tilefoundry.ir.hir.tensor.pad import Pad
 from tilefoundry.ir.hir.tensor.reduce import Reduce, ReduceKind
 from tilefoundry.ir.hir.tensor.reshape import Reshape
+from tilefoundry.ir.hir.tensor.scatter_add import ScatterAdd
 from tilefoundry.ir.hir.tensor.shape_of import Rank, ShapeOf
 from tilefoundry.ir.hir.tensor.slice import Slice
 from tilefoundry.ir.hir.tensor.topk import TopK
@@ -33,6 +34,7 @@ __all__ = [
     "Reduce",
     "ReduceKind",
     "Reshape",
+    "ScatterAdd",
     "ShapeOf",
     "Slice",
     "Stack",
