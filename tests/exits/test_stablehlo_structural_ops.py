@@ -10,8 +10,19 @@ import pytest
 
 from support.functions import call, function_of
 from support.stablehlo_check import check
-from tilefoundry.ir.hir.tensor import Pad, ScatterAdd
-from tilefoundry.ir.types import DType, bf16, bool_, f16, f32, i8, i32, i64, make_tensor_type, u8
+from tilefoundry.ir.hir.tensor import Cumulative, CumulativeKind, Pad, Reverse, ScatterAdd
+from tilefoundry.ir.types import (
+    DType,
+    bf16,
+    bool_,
+    f16,
+    f32,
+    i8,
+    i32,
+    i64,
+    make_tensor_type,
+    u8,
+)
 
 pytest.importorskip("jax", reason="the StableHLO toolchain tests need jax[lib]")
 
@@ -64,3 +75,22 @@ def test_scatter_add_axes_batches_and_duplicates(x_shape, i_shape, axis, batch, 
     )
     indices = np.random.default_rng(2).integers(0, x_shape[axis], i_shape).astype(np.int32)
     check(fn, data(x_shape, dtype), indices, data(u_shape, dtype, seed=1))
+
+
+@pytest.mark.parametrize("dtype", [f32, bf16, i8, bool_])
+@pytest.mark.parametrize("axes", [(0,), (1, 2), ()])
+def test_reverse(dtype, axes):
+    check(unary(Reverse(axes=axes), t((2, 3, 4), dtype)), data((2, 3, 4), dtype))
+
+
+@pytest.mark.parametrize("kind", list(CumulativeKind))
+@pytest.mark.parametrize("dtype", [f32, bf16, i32, u8])
+@pytest.mark.parametrize(("axis", "reverse"), [(1, False), (0, True)])
+def test_cumulative(kind, dtype, axis, reverse):
+    op = Cumulative(axis=axis, kind=kind, reverse=reverse)
+    check(unary(op, t((4, 6), dtype)), data((4, 6), dtype))
+
+
+def test_cumulative_of_an_empty_axis_and_integer_wrapping():
+    check(unary(Cumulative(axis=0), t((0, 3), f32)), data((0, 3), f32))
+    check(unary(Cumulative(axis=0), t((4,), i8)), np.full(4, 100, np.int8))

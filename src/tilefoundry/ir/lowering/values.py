@@ -316,6 +316,26 @@ def scatter_add(x: Value, indices: Value, updates: Value, axis: int, batch_dims:
     return x._new(name)
 
 
+def running(x: Value, axis: int, combiner: str, init: Any, reverse: bool = False) -> Value:
+    """The running `combiner` of `x` along `axis` (a prefix scan; a suffix scan when `reverse`)
+    as one `stablehlo.reduce_window`: a window spanning the axis, padded with `init` (the
+    combiner's identity) before each element, or after it for `reverse`."""
+    extent = x.shape[axis]
+    windows = [extent if d == axis else 1 for d in range(x.rank)]
+    before, after = (0, extent - 1) if reverse else (extent - 1, 0)
+    padding = ", ".join("[0, 0]" if d != axis else f"[{before}, {after}]" for d in range(x.rank))
+    lw = x.lw
+    start = lw.constant(_plain(init), x.dtype)
+    scalar = lw.type(TensorType((), x.dtype))
+    name = lw.op(
+        f'"stablehlo.reduce_window"({x.name}, {start}) <{{padding = dense<[{padding}]> : '
+        f"tensor<{x.rank}x2xi64>, window_dimensions = {_i64s(windows)}, "
+        f"window_strides = {_i64s([1] * x.rank)}}}> {lw.combiner_region(x.dtype, combiner)} : "
+        f"({lw.type(x.type)}, {scalar}) -> {lw.type(x.type)}"
+    )
+    return x._new(name)
+
+
 def iota(lw: Lowering, shape: Sequence[int], dim: int, dtype: DType = i64) -> Value:
     type_ = TensorType(tuple(shape), dtype)
     name = lw.op(f"stablehlo.iota dim = {dim} : {lw.type(type_)}")

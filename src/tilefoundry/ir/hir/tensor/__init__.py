@@ -4,6 +4,7 @@ from tilefoundry.ir.hir.tensor.broadcast_to import BroadcastTo
 from tilefoundry.ir.hir.tensor.cache_update import CacheUpdate
 from tilefoundry.ir.hir.tensor.cast import Cast
 from tilefoundry.ir.hir.tensor.concat import Concat, Stack
+from tilefoundry.ir.hir.tensor.cumulative import Cumulative, CumulativeKind
 from tilefoundry.ir.hir.tensor.dynamic_slice import DynamicSlice
 from tilefoundry.ir.hir.tensor.dynamic_update_slice import DynamicUpdateSlice
 from tilefoundry.ir.hir.tensor.gather import Gather
@@ -11,6 +12,7 @@ from tilefoundry.ir.hir.tensor.insert_slice import InsertSlice
 from tilefoundry.ir.hir.tensor.pad import Pad
 from tilefoundry.ir.hir.tensor.reduce import Reduce, ReduceKind
 from tilefoundry.ir.hir.tensor.reshape import Reshape
+from tilefoundry.ir.hir.tensor.reverse import Reverse
 from tilefoundry.ir.hir.tensor.scatter_add import ScatterAdd
 from tilefoundry.ir.hir.tensor.shape_of import Rank, ShapeOf
 from tilefoundry.ir.hir.tensor.slice import Slice
@@ -25,6 +27,8 @@ __all__ = [
     "CacheUpdate",
     "Cast",
     "Concat",
+    "Cumulative",
+    "CumulativeKind",
     "DynamicSlice",
     "DynamicUpdateSlice",
     "Gather",
@@ -34,6 +38,7 @@ __all__ = [
     "Reduce",
     "ReduceKind",
     "Reshape",
+    "Reverse",
     "ScatterAdd",
     "ShapeOf",
     "Slice",

@@ -1,0 +1,199 @@
+"""Cumulative: the running sum / product / max / min along one axis (numpy `cumsum`, `cumprod`,
+`maximum.accumulate`, `minimum.accumulate`; jax `lax.cumsum` and friends, `reverse` included).
+
+Each output element combines a prefix (a suffix when `reverse`) of its axis, so the scanned axis
+is a whole (existential) axis of the relation (`whole_axis`): a device holding part of it lacks
+the other devices' running value, so a Split there fails closed; a Split on another axis carries.
+A pending reduction carries exactly when it is the scan's own combiner: a prefix sum of addends
+is the sum of their prefix sums, and a running max of per-device values is the max of their
+running maxes (likewise min); nothing commutes with a running product, and no other pairing holds
+(cumsum(max(a, b)) != max(cumsum(a), cumsum(b))).
+
+Numerics: integers wrap in their dtype at each step (numpy with `dtype=` and XLA agree); narrow
+floats accumulate in f32 and round once, as every reference kernel does. The StableHLO lowering
+is a `reduce_window` whose window spans the axis, padded before (after, for `reverse`) with the
+combiner's identity: what `jax.jit(jnp.cumsum)` lowers to on CPU (jax 0.10.2).
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+from tilefoundry.errors import VerifyError
+from tilefoundry.ir.core import Op, ParamDef
+from tilefoundry.ir.hir.op_support import (
+    compute_in_f32,
+    normalize_axis,
+    numpy_dtype,
+    op_name,
+    propagate,
+    refuse_partials,
+    result_storage,
+    tensor_operands,
+)
+from tilefoundry.ir.hir.whole_axis import reads_except, refuse_splits_on, whole_axis_relations
+from tilefoundry.ir.lowering.values import Value, running
+from tilefoundry.ir.types import DType, TensorType
+from tilefoundry.visitor_registry import (
+    FusionKind,
+    register_access_relation,
+    register_eval,
+    register_fusion_kind,
+    register_pallas,
+    register_stablehlo,
+    register_surface,
+    register_typeinfer,
+    register_validation_samples,
+)
+from tilefoundry.visitor_registry.validation_samples import Sample, operand
+
+
+class CumulativeKind(enum.Enum):
+    SUM = "sum"
+    PROD = "prod"
+    MAX = "max"
+    MIN = "min"
+
+
+class Cumulative(Op):
+    """The running `kind` of `x` along `axis`, from the end when `reverse`."""
+
+    x = ParamDef("input")
+    axis = ParamDef("attribute", int)
+    kind = ParamDef("attribute", CumulativeKind, default=CumulativeKind.SUM)
+    reverse = ParamDef("attribute", bool, default=False)
+
+
+_COMMUTES = {
+    CumulativeKind.SUM: ("sum",),
+    CumulativeKind.PROD: (),
+    CumulativeKind.MAX: ("max",),
+    CumulativeKind.MIN: ("min",),
+}
+
+
+def _checked(op: Cumulative, arg_types) -> tuple[TensorType, int]:
+    (x,) = tensor_operands(op, arg_types)
+    if x.rank == 0:
+        raise VerifyError(
+            f"{op_name(op)}: operand 'x' is a rank-0 scalar; there is no axis to scan"
+        )
+    if x.dtype.is_bool:
+        raise VerifyError(
+            f"{op_name(op)}: operand 'x' is bool, which has no running {op.kind.value}; insert "
+            "cast(x, i32) first"
+        )
+    return x, normalize_axis(op, op.axis, x.rank)
+
+
+@register_typeinfer(Cumulative)
+def _typeinfer(op: Cumulative, arg_types, ctx) -> TensorType:
+    x, axis = _checked(op, arg_types)
+    allowed = _COMMUTES[op.kind]
+    refuse_partials(
+        op,
+        (("x", x),),
+        allowed=allowed,
+        why=f"a running {op.kind.value} commutes only with a pending "
+        f"{' or '.join(allowed) if allowed else 'nothing'}",
+    )
+    refuse_splits_on(
+        op,
+        (("x", x, {axis}),),
+        f"the running {op.kind.value} along it needs every earlier element of the axis",
+    )
+    layout = propagate(op, (x,), x.shape, relations=_relation(op, (x,), exists=False))
+    return TensorType(x.shape, x.dtype, layout, result_storage(op, (x,)))
+
+
+@register_access_relation(Cumulative)
+def _relation(op: Cumulative, arg_types, *, exists: bool = True):
+    """Domain = the other axes; the scanned axis is read and written whole by an instance."""
+    x, axis = _checked(op, arg_types)
+    reads = reads_except(x.rank, {axis})
+    return whole_axis_relations(x.rank - 1, [reads], [reads], exists=exists)
+
+
+_KERNELS = {
+    CumulativeKind.SUM: lambda a, axis: np.cumsum(a, axis, dtype=a.dtype),
+    CumulativeKind.PROD: lambda a, axis: np.cumprod(a, axis, dtype=a.dtype),
+    CumulativeKind.MAX: np.maximum.accumulate,
+    CumulativeKind.MIN: np.minimum.accumulate,
+}
+
+
+@register_eval(Cumulative)
+def _eval(op: Cumulative, args, out_type: TensorType) -> np.ndarray:
+    x = np.asarray(args[0])
+    axis = normalize_axis(op, op.axis, x.ndim)
+    kernel = _KERNELS[op.kind]
+
+    def scan(a: np.ndarray) -> np.ndarray:
+        if not op.reverse:
+            return kernel(a, axis)
+        return np.flip(kernel(np.flip(a, axis), axis), axis)
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        return compute_in_f32(scan, out_type.dtype, x)
+
+
+_SURFACE_NAMES = {
+    "cumsum": CumulativeKind.SUM,
+    "cumprod": CumulativeKind.PROD,
+    "cummax": CumulativeKind.MAX,
+    "cummin": CumulativeKind.MIN,
+}
+for _name, _kind in _SURFACE_NAMES.items():
+    register_surface(_name, Cumulative, kind=_kind)
+register_fusion_kind(Cumulative, FusionKind.BARRIER)
+
+
+@register_validation_samples(Cumulative)
+def _validation_samples() -> list[Sample]:
+    samples = [
+        Sample(Cumulative(axis=1, kind=kind), (operand(4, 8),), kind.value)
+        for kind in CumulativeKind
+    ]
+    reverse = Cumulative(axis=0, kind=CumulativeKind.SUM, reverse=True)
+    return [*samples, Sample(reverse, (operand(8, 4),), "reverse sum, axis 0", False)]
+
+
+def _identity(kind: CumulativeKind, dtype: DType):
+    """The combiner's identity in the compute dtype (narrow floats scan in f32)."""
+    if kind is CumulativeKind.SUM:
+        return 0
+    if kind is CumulativeKind.PROD:
+        return 1
+    if dtype.is_int:
+        info = np.iinfo(numpy_dtype(dtype))
+        return int(info.min if kind is CumulativeKind.MAX else info.max)
+    return -np.inf if kind is CumulativeKind.MAX else np.inf
+
+
+_COMBINERS = {
+    CumulativeKind.SUM: "add",
+    CumulativeKind.PROD: "multiply",
+    CumulativeKind.MAX: "maximum",
+    CumulativeKind.MIN: "minimum",
+}
+
+
+@register_stablehlo(Cumulative)
+def _stablehlo(op: Cumulative, operands, arg_types, out_type, lw):
+    x = Value.of(lw, operands[0], arg_types[0])
+    axis = normalize_axis(op, op.axis, x.rank)
+    if x.shape[axis] == 0:
+        return x.name
+    wide = x.widened()
+    init = _identity(op.kind, wide.dtype)
+    return running(wide, axis, _COMBINERS[op.kind], init, op.reverse).convert(x.dtype).name
+
+
+@register_pallas(Cumulative)
+def _pallas(op: Cumulative, args, arg_types, out_type, kx):
+    (x,) = args
+    axis = normalize_axis(op, op.axis, x.ndim)
+    scan = getattr(kx.lax, f"cum{op.kind.value}")
+    return kx.in_f32(lambda a: scan(a, axis=axis, reverse=op.reverse), out_type.dtype, x)
