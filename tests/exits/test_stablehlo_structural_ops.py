@@ -10,13 +10,15 @@ import pytest
 
 from support.functions import call, function_of
 from support.stablehlo_check import check
-from tilefoundry.ir.hir.tensor import Cumulative, CumulativeKind, Pad, Reverse, ScatterAdd
+from tilefoundry.ir.hir.math import Clamp
+from tilefoundry.ir.hir.tensor import Cumulative, CumulativeKind, Iota, Pad, Reverse, ScatterAdd
 from tilefoundry.ir.types import (
     DType,
     bf16,
     bool_,
     f16,
     f32,
+    f64,
     i8,
     i32,
     i64,
@@ -94,3 +96,31 @@ def test_cumulative(kind, dtype, axis, reverse):
 def test_cumulative_of_an_empty_axis_and_integer_wrapping():
     check(unary(Cumulative(axis=0), t((0, 3), f32)), data((0, 3), f32))
     check(unary(Cumulative(axis=0), t((4,), i8)), np.full(4, 100, np.int8))
+
+
+@pytest.mark.parametrize("dtype", [f32, bf16, i32, u8])
+def test_clamp_broadcasts_its_bounds(dtype):
+    fn = function_of(
+        {"x": t((3, 4), dtype), "lo": t((4,), dtype), "hi": t((), dtype)},
+        lambda x, lo, hi: call(Clamp(), x, lo, hi),
+    )
+    check(fn, data((3, 4), dtype), data((4,), dtype, seed=1), data((), dtype, seed=2))
+
+
+def test_clamp_with_lo_above_hi_and_nan():
+    fn = function_of(
+        {"x": t((3,)), "lo": t((3,)), "hi": t((3,))}, lambda x, lo, hi: call(Clamp(), x, lo, hi)
+    )
+    x = np.array([np.nan, 1.0, 2.0], np.float32)
+    check(fn, x, np.array([0.0, 3.0, 0.0], np.float32), np.array([1.0, 2.0, 1.0], np.float32))
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [{"shape": (5,), "dtype": i32}, {"shape": (2, 3), "dtype": f32, "axis": 1, "step": 0.1},
+     {"shape": (4,), "dtype": bf16, "start": -1.5, "step": 0.25},
+     {"shape": (3,), "dtype": u8, "start": 250, "step": 3},
+     {"shape": (6,), "dtype": f64, "start": 0.0, "step": 0.1}],
+)  # fmt: skip
+def test_iota(attrs):
+    check(function_of({}, lambda: call(Iota(**attrs))))

@@ -76,6 +76,13 @@ def bind_surface_arguments(
 ) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
     """Map arguments onto the op's ParamDefs: ([(input name, value)], {attribute: value})."""
     name = f"tf.{entry.name}"
+    if entry.rewrite is not None:
+        try:
+            args, kwargs = entry.rewrite(*args, **kwargs)
+        except TypeError as err:  # the spelling's own signature refused the arguments
+            raise VerifyError(f"{name}: {err}") from None
+        except VerifyError as err:
+            raise VerifyError(f"{name}: {err.message}") from None
     params = [p for p in entry.op_class.param_defs() if p.name not in entry.fixed]
     if len(args) > len(params):
         spelled = ", ".join(p.name for p in params)

@@ -2,11 +2,15 @@
 
 Each op module declares its own surface spellings next to the op, so the frontend can build the
 `tf` namespace without importing any op module, and a coverage test can check that every op is
-reachable from the DSL. A surface entry may fix attributes: `add` is `Binary(kind=ADD)`.
+reachable from the DSL. A surface entry may fix attributes: `add` is `Binary(kind=ADD)`; and it
+may take the arguments in a spelling users already know that is not the op's schema order
+(`tf.arange(stop)` / `tf.arange(start, stop, step)` is an `Iota`): its `rewrite` maps them to the
+schema's arguments.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,22 +19,30 @@ from tilefoundry.errors import InternalCompilerError
 
 @dataclass(frozen=True)
 class SurfaceEntry:
-    """`name(*inputs, **attrs)` builds `Call(op_class(**fixed, **attrs), inputs)`."""
+    """`name(*inputs, **attrs)` builds `Call(op_class(**fixed, **attrs), inputs)`; `rewrite(*args,
+    **kwargs) -> (args, kwargs)`, when given, first turns the user's spelling into those."""
 
     name: str
     op_class: type
     fixed: dict[str, Any] = field(default_factory=dict)
+    rewrite: Callable[..., tuple[tuple, dict[str, Any]]] | None = None
 
 
 _SURFACE: dict[str, SurfaceEntry] = {}
 
 
-def register_surface(name: str, op_class: type, **fixed: Any) -> None:
+def register_surface(
+    name: str,
+    op_class: type,
+    *,
+    rewrite: Callable[..., tuple[tuple, dict[str, Any]]] | None = None,
+    **fixed: Any,
+) -> None:
     if name in _SURFACE:
         raise InternalCompilerError(
             f"surface name tf.{name} is already taken by {_SURFACE[name].op_class.__name__}"
         )
-    _SURFACE[name] = SurfaceEntry(name, op_class, dict(fixed))
+    _SURFACE[name] = SurfaceEntry(name, op_class, dict(fixed), rewrite)
 
 
 def surface_entry(name: str) -> SurfaceEntry | None:
