@@ -1,8 +1,8 @@
 # ruff: noqa: F821
 # Dtype names in Tensor[...] are strings that ruff reads as forward references.
 """Programs for the structural ops on a device mesh (ScatterAdd's own SPMD rule, and the ops the
-default block lowering runs: Pad, Reverse, Cumulative, Clamp), each with an independent float64
-numpy oracle and the collectives it must emit.
+default block lowering runs: Pad, Reverse, Cumulative, Clamp, each carrying a Split or a pending
+sum), each with an independent float64 numpy oracle and the collectives it must emit.
 
 `run(name, arrays)` runs one by name inside the 8-device worker (conftest.py), so only names and
 arrays cross the process boundary.
@@ -86,7 +86,50 @@ def _batched_oracle(x, ids, rows):
     return out
 
 
+# ---- pad, reverse, cumsum and clamp along unsplit axes: the Splits carry, nothing moves -------
+
+
+@func
+def along_unsplit_axes(x: Tensor[(8 @ GRID.dp, 6, 8 @ GRID.tp), "f32"], lo: Tensor[(8,), "f32"]):
+    padded = tf.pad(x, (0, 1, 0), (0, 1, 0), value=0.0)
+    scanned = tf.cumsum(tf.reverse(padded, (1,)), 1)
+    return tf.clamp(scanned, lo, 1.5)
+
+
+def _along_unsplit_oracle(x, lo):
+    padded = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (0, 0)))
+    return np.clip(np.cumsum(padded[:, ::-1], axis=1), lo, 1.5)
+
+
+# ---- a row-parallel product pends a sum; a zero pad and a cumsum keep it pending ----------------
+
+ROWS = ShardLayout(Layout((4, 10)), (B,), TP)
+
+
+@func
+def pending_sum_scanned(x: Tensor[(4, 16 @ TP.tp), "f32"], w: Tensor[(16 @ TP.tp, 8), "f32"]):
+    running = tf.cumsum(tf.pad(x @ w, (0, 1), (0, 1)), 1)
+    return tf.reshard(running, layout=ROWS, storage="gmem")
+
+
+def _pending_sum_oracle(x, w):
+    product = x.astype(np.float64) @ w
+    return np.cumsum(np.pad(product, ((0, 0), (1, 1))), axis=1)
+
+
 PROGRAMS = {
+    "along_unsplit_axes": StructuralProgram(
+        along_unsplit_axes,
+        _along_unsplit_oracle,
+        lambda rng: (normal(rng, 8, 6, 8), normal(rng, 8) * 0.5 - 1.0),
+        (),
+    ),
+    "pending_sum_scanned": StructuralProgram(
+        pending_sum_scanned,
+        _pending_sum_oracle,
+        lambda rng: (normal(rng, 4, 16), normal(rng, 16, 8)),
+        ("all_reduce",),
+    ),
     "moe_combine": StructuralProgram(
         moe_combine,
         lambda slots, out: _add_at(np.zeros((16, 4)), slots, out),
