@@ -261,3 +261,13 @@ def check_eps(value: object) -> float:
     if not (math.isfinite(value) and value >= 0):
         raise VerifyError(f"eps must be finite and non-negative, got {value!r}")
     return float(value)
+
+
+def number_attribute(value: object) -> bool | int | float:
+    """A compile-time number attribute (a padding constant, an iota's start): a Python number,
+    or a numpy scalar made one so the op stays hashable and prints plainly."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if not isinstance(value, bool | int | float):
+        raise VerifyError(f"must be a compile-time Python number, got {value!r}")
+    return value

@@ -73,35 +73,55 @@ def _real_sharding(layout: object) -> bool:
     )
 
 
-def _check_operands(op: Gather, x: TensorType, indices: TensorType) -> int:
-    """The normalised axis, after the seed's batch_dims and index rules."""
+def check_indexing(op: Op, x: TensorType, indices: TensorType) -> int:
+    """The normalised axis, after the seed's batch_dims and index rules, which every op indexing
+    `x` at `indices` along `axis` with `batch_dims` shares (Gather, ScatterAdd)."""
+    name = op_name(op)
     if not indices.dtype.is_int:
         raise VerifyError(
-            f"Gather: operand 'indices' must have an integer dtype, got {indices.dtype}; insert "
+            f"{name}: operand 'indices' must have an integer dtype, got {indices.dtype}; insert "
             "cast(indices, i32) or cast(indices, i64)"
         )
+    if x.rank == 0:
+        raise VerifyError(f"{name}: operand 'x' is a rank-0 scalar; there is no axis to index")
+    axis = normalize_axis(op, op.axis, x.rank)
+    batch = op.batch_dims
+    if not 0 <= batch <= min(axis, indices.rank):
+        raise VerifyError(
+            f"{name}: batch_dims {batch} must satisfy 0 <= batch_dims <= min(axis, "
+            f"rank(indices)) = min({axis}, {indices.rank})"
+        )
+    for b in range(batch):
+        if not same_value(x.shape[b], indices.shape[b]):
+            raise VerifyError(
+                f"{name}: batch axis {b} has extent {format_dim(x.shape[b])} in 'x' but "
+                f"{format_dim(indices.shape[b])} in 'indices'; the leading batch_dims axes must "
+                "be equal"
+            )
+    return axis
+
+
+def check_index_range(op: Op, indices: np.ndarray, axis: int, extent: int) -> None:
+    """Valid indices lie in [0, extent) of the global axis: a device checking only against its
+    own rows would silently drop an out-of-range index as "not mine"."""
+    if indices.dtype.kind not in "iu":
+        raise EvalError(f"{op_name(op)}: 'indices' must be integers, got {indices.dtype}")
+    if indices.size and (indices.min() < 0 or indices.max() >= extent):
+        bad = indices[(indices < 0) | (indices >= extent)].flat[0]
+        raise EvalError(
+            f"{op_name(op)}: index {bad} is out of range for axis {axis} of extent {extent} "
+            "(valid: 0..extent-1)"
+        )
+
+
+def _check_operands(op: Gather, x: TensorType, indices: TensorType) -> int:
+    axis = check_indexing(op, x, indices)
     if _real_sharding(indices.layout):
         raise VerifyError(
             f"Gather: operand 'indices' carries the sharding {indices.layout.attrs}; only 'x' may "
             "be sharded (the seed defines no rule for sharded indices), so it fails closed; "
             "insert reshard(indices, ...) to Broadcast on every mesh axis first"
         )
-    if x.rank == 0:
-        raise VerifyError("Gather: operand 'x' is a rank-0 scalar; there is no axis to gather")
-    axis = normalize_axis(op, op.axis, x.rank)
-    batch = op.batch_dims
-    if not 0 <= batch <= min(axis, indices.rank):
-        raise VerifyError(
-            f"Gather: batch_dims {batch} must satisfy 0 <= batch_dims <= min(axis, "
-            f"rank(indices)) = min({axis}, {indices.rank})"
-        )
-    for b in range(batch):
-        if not same_value(x.shape[b], indices.shape[b]):
-            raise VerifyError(
-                f"Gather: batch axis {b} has extent {format_dim(x.shape[b])} in 'x' but "
-                f"{format_dim(indices.shape[b])} in 'indices'; the leading batch_dims axes must "
-                "be equal"
-            )
     return axis
 
 
@@ -191,16 +211,8 @@ register_access_relation(Gather)(NO_AFFINE_RELATION)
 @register_eval(Gather)
 def _eval(op: Gather, args, out_type: TensorType) -> np.ndarray:
     x, indices = args
-    if indices.dtype.kind not in "iu":
-        raise EvalError(f"{op_name(op)}: 'indices' must be integers, got {indices.dtype}")
     axis, batch = op.axis % x.ndim, op.batch_dims
-    extent = x.shape[axis]
-    if indices.size and (indices.min() < 0 or indices.max() >= extent):
-        bad = indices[(indices < 0) | (indices >= extent)].flat[0]
-        raise EvalError(
-            f"{op_name(op)}: index {bad} is out of range for axis {axis} of extent {extent} "
-            "(valid: 0..extent-1)"
-        )
+    check_index_range(op, indices, axis, x.shape[axis])
     n_batch = int(np.prod(x.shape[:batch], dtype=np.int64))
     out_shape = (*x.shape[:axis], *indices.shape[batch:], *x.shape[axis + 1 :])
     out = np.empty(out_shape, dtype=x.dtype)
@@ -210,17 +222,6 @@ def _eval(op: Gather, args, out_type: TensorType) -> np.ndarray:
     for b in range(n_batch):
         flat_out[b] = np.take(flat_x[b], flat_i[b], axis=axis - batch)
     return out
-
-
-def _check_range(op: Gather, indices: np.ndarray, axis: int, extent: int) -> None:
-    """The unsharded kernel's refusal, on the global extent: a device checking only against its
-    own rows would silently drop an out-of-range index as "not mine"."""
-    if indices.size and (indices.min() < 0 or indices.max() >= extent):
-        bad = indices[(indices < 0) | (indices >= extent)].flat[0]
-        raise EvalError(
-            f"{op_name(op)}: index {bad} is out of range for axis {axis} of extent {extent} "
-            "(valid: 0..extent-1)"
-        )
 
 
 def _device_reading(op: Gather, rank: int, n_index: int, call):
@@ -261,7 +262,7 @@ def _sharded_eval(op: Gather, args, call):
     def device(coord):
         x_local = call.aligned(x, coord, axes, own=frozenset({axis}))
         index = np.asarray(call.shard(indices, coord))
-        _check_range(op, index, axis, x.shape[axis])
+        check_index_range(op, index, axis, x.shape[axis])
         if not owners:
             return _eval(op, (x_local, index), out)
         owned = call.indices(0, axis, coord)  # sorted: a block, or a strided set

@@ -19,7 +19,13 @@ import numpy as np
 
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.core import Op, ParamDef
-from tilefoundry.ir.hir.op_support import as_dtype, normalize_axis, numpy_dtype, shape_attribute
+from tilefoundry.ir.hir.op_support import (
+    as_dtype,
+    normalize_axis,
+    number_attribute,
+    numpy_dtype,
+    shape_attribute,
+)
 from tilefoundry.ir.lowering.values import Value, iota
 from tilefoundry.ir.types import DType, StorageKind, TensorType, f8e8m0, f32, f64, format_dim, i64
 from tilefoundry.visitor_registry import (
@@ -40,22 +46,14 @@ from tilefoundry.visitor_registry.access_relation import (
 )
 
 
-def _number(value: object) -> int | float:
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise VerifyError(f"must be a compile-time number, got {value!r}")
-    return value
-
-
 class Iota(Op):
     """A tensor of `shape` holding `start + step * i` at index i of `axis`."""
 
     shape = ParamDef("attribute", tuple, validate=shape_attribute)
     dtype = ParamDef("attribute", DType, validate=as_dtype)
     axis = ParamDef("attribute", int, default=0)
-    start = ParamDef("attribute", validate=_number, default=0)
-    step = ParamDef("attribute", validate=_number, default=1)
+    start = ParamDef("attribute", validate=number_attribute, default=0)
+    step = ParamDef("attribute", validate=number_attribute, default=1)
 
 
 def _checked(op: Iota) -> int:

@@ -21,6 +21,7 @@ import numpy as np
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
+    number_attribute,
     numpy_dtype,
     propagate,
     refuse_partials,
@@ -58,14 +59,6 @@ def _interior(value: object) -> tuple:
     return value
 
 
-def _number(value: object) -> bool | int | float:
-    if isinstance(value, np.generic):
-        value = value.item()
-    if not isinstance(value, bool | int | float):
-        raise VerifyError(f"must be a Python number (the padding constant), got {value!r}")
-    return value
-
-
 class Pad(Op):
     """`x` padded with `value`: `low`/`high` at the ends of each axis, `interior` between."""
 
@@ -73,7 +66,7 @@ class Pad(Op):
     low = ParamDef("attribute", tuple, validate=_ints)
     high = ParamDef("attribute", tuple, validate=_ints)
     interior = ParamDef("attribute", tuple, validate=_interior, optional=True)
-    value = ParamDef("attribute", validate=_number, default=0)
+    value = ParamDef("attribute", validate=number_attribute, default=0)
 
 
 def paddings(op: Pad, rank: int) -> tuple[tuple[int, int, int], ...]:

@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from tilefoundry.errors import EvalError, VerifyError
+from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
     NO_AFFINE_RELATION,
     compute_in_f32,
-    normalize_axis,
-    op_name,
     result_storage,
     same_dtype,
     tensor_operands,
 )
+from tilefoundry.ir.hir.tensor.gather import check_index_range, check_indexing
 from tilefoundry.ir.hir.tensor.scatter_sharding import (
     ScatterPlacement,
     ScatterReading,
@@ -63,32 +62,11 @@ class ScatterAdd(Op):
 
 def _check(op: ScatterAdd, x: TensorType, indices: TensorType, updates: TensorType) -> int:
     """The normalised axis, after Gather's index rules and the updates' shape rule."""
-    if not indices.dtype.is_int:
-        raise VerifyError(
-            f"ScatterAdd: operand 'indices' must have an integer dtype, got {indices.dtype}; "
-            "insert cast(indices, i32) or cast(indices, i64)"
-        )
-    if x.rank == 0:
-        raise VerifyError(
-            "ScatterAdd: operand 'x' is a rank-0 scalar; there is no axis to add into"
-        )
+    axis = check_indexing(op, x, indices)
     if x.dtype.is_bool:
         raise VerifyError("ScatterAdd: operand 'x' is bool, which has no sum; cast it to an int")
     same_dtype(op, (("x", x), ("updates", updates)))
-    axis = normalize_axis(op, op.axis, x.rank)
     batch = op.batch_dims
-    if not 0 <= batch <= min(axis, indices.rank):
-        raise VerifyError(
-            f"ScatterAdd: batch_dims {batch} must satisfy 0 <= batch_dims <= min(axis, "
-            f"rank(indices)) = min({axis}, {indices.rank})"
-        )
-    for b in range(batch):
-        if not same_value(x.shape[b], indices.shape[b]):
-            raise VerifyError(
-                f"ScatterAdd: batch axis {b} has extent {format_dim(x.shape[b])} in 'x' but "
-                f"{format_dim(indices.shape[b])} in 'indices'; the leading batch_dims axes must "
-                "be equal"
-            )
     want = (*x.shape[:axis], *indices.shape[batch:], *x.shape[axis + 1 :])
     if len(want) != updates.rank or not all(map(same_value, want, updates.shape)):
         shown = ", ".join(map(format_dim, want))
@@ -119,17 +97,6 @@ def _typeinfer(op: ScatterAdd, arg_types, ctx) -> TensorType:
 register_access_relation(ScatterAdd)(NO_AFFINE_RELATION)
 
 
-def _check_range(op: ScatterAdd, indices: np.ndarray, axis: int, extent: int) -> None:
-    if indices.dtype.kind not in "iu":
-        raise EvalError(f"{op_name(op)}: 'indices' must be integers, got {indices.dtype}")
-    if indices.size and (indices.min() < 0 or indices.max() >= extent):
-        bad = indices[(indices < 0) | (indices >= extent)].flat[0]
-        raise EvalError(
-            f"{op_name(op)}: index {bad} is out of range for axis {axis} of extent {extent} "
-            "(valid: 0..extent-1)"
-        )
-
-
 def _add_at(op: ScatterAdd, x, indices, updates, out_dtype) -> np.ndarray:
     """numpy's unbuffered `add.at` per batch element (narrow floats accumulated in f32)."""
     axis, batch = op.axis % x.ndim, op.batch_dims
@@ -151,7 +118,7 @@ def _add_at(op: ScatterAdd, x, indices, updates, out_dtype) -> np.ndarray:
 @register_eval(ScatterAdd)
 def _eval(op: ScatterAdd, args, out_type: TensorType) -> np.ndarray:
     x, indices, updates = (np.asarray(a) for a in args)
-    _check_range(op, indices, op.axis % x.ndim, x.shape[op.axis % x.ndim])
+    check_index_range(op, indices, op.axis % x.ndim, x.shape[op.axis % x.ndim])
     return _add_at(op, x, indices, updates, out_type.dtype)
 
 
@@ -177,7 +144,7 @@ def _sharded_eval(op: ScatterAdd, args, call):
         x_local = np.asarray(call.aligned(x, coord, reading.result_axes(0)))
         index = np.asarray(call.aligned(indices, coord, *_index_reading(reading, 1)))
         added = np.asarray(call.aligned(updates, coord, *_index_reading(reading, 2)))
-        _check_range(op, index, reading.axis, x.shape[reading.axis])
+        check_index_range(op, index, reading.axis, x.shape[reading.axis])
         if any(coord[m] for m in placement.x_first):
             x_local = np.zeros_like(x_local)
         if any(coord[m] for m in placement.updates_first):
