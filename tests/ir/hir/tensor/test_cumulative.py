@@ -9,6 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.dsl import tf
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Var
@@ -23,7 +24,7 @@ from tilefoundry.ir.types import (
     make_tensor_type,
 )
 from tilefoundry.ir.types.shard import P, S, make_mesh
-from tilefoundry.visitor_registry import EVAL, typeinfer_call
+from tilefoundry.rules import EVAL
 
 X = make_mesh((4,), ("x",))
 SUM, PROD, MAX, MIN = CumulativeKind

@@ -8,11 +8,12 @@ import re
 import numpy as np
 import pytest
 
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.dsl import tf
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.hir.tensor import Iota
 from tilefoundry.ir.types import DimVar, bf16, f32, i32, i64, make_tensor_type, u8
-from tilefoundry.visitor_registry import EVAL, typeinfer_call
+from tilefoundry.rules import EVAL
 
 N = DimVar("N", 1, 64)
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.hir.tensor import Pad, Slice
 from tilefoundry.ir.hir.tensor.pad import pad_undoing
@@ -25,7 +26,7 @@ from tilefoundry.ir.types import (
     u8,
 )
 from tilefoundry.ir.types.shard import P, S, make_mesh
-from tilefoundry.visitor_registry import EVAL, typeinfer_call
+from tilefoundry.rules import EVAL
 
 X = make_mesh((4,), ("x",))
 XY = make_mesh((2, 2), ("x", "y"))

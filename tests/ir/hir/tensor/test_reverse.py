@@ -7,11 +7,12 @@ import re
 import numpy as np
 import pytest
 
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.hir.tensor import Reverse
 from tilefoundry.ir.types import DimVar, f32, i8, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import P, S, make_mesh
-from tilefoundry.visitor_registry import EVAL, typeinfer_call
+from tilefoundry.rules import EVAL
 
 X = make_mesh((4,), ("x",))
 XY = make_mesh((2, 2), ("x", "y"))

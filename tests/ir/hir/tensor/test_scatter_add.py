@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.hir.op_support import relations_of
 from tilefoundry.ir.hir.tensor import Gather, ScatterAdd
@@ -26,7 +27,7 @@ from tilefoundry.ir.types import (
     make_tensor_type,
 )
 from tilefoundry.ir.types.shard import B, Dynamic, P, S, make_mesh
-from tilefoundry.visitor_registry import EVAL, typeinfer_call
+from tilefoundry.rules import EVAL
 
 X = make_mesh((4,), ("x",))
 XY = make_mesh((2, 2), ("x", "y"))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilefoundry.analysis.access_relation import elementwise_relations
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
@@ -30,7 +31,7 @@ from tilefoundry.ir.hir.op_support import (
 )
 from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import DType, StorageKind, TensorType, f32
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -41,9 +42,8 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
-from tilefoundry.visitor_registry.access_relation import elementwise_relations
-from tilefoundry.visitor_registry.shard_reading import pending_partials
-from tilefoundry.visitor_registry.validation_samples import Sample, operand
+from tilefoundry.rules.validation_samples import Sample, operand
+from tilefoundry.sharding.shard_reading import pending_partials
 
 
 class Clamp(Op):

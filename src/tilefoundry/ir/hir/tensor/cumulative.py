@@ -36,7 +36,7 @@ from tilefoundry.ir.hir.op_support import (
 from tilefoundry.ir.hir.whole_axis import reads_except, refuse_splits_on, whole_axis_relations
 from tilefoundry.ir.lowering.values import Value, running
 from tilefoundry.ir.types import DType, TensorType
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -47,7 +47,7 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
-from tilefoundry.visitor_registry.validation_samples import Sample, operand
+from tilefoundry.rules.validation_samples import Sample, operand
 
 
 class CumulativeKind(enum.Enum):

@@ -17,6 +17,11 @@ import math
 
 import numpy as np
 
+from tilefoundry.analysis.access_relation import (
+    AccessRelations,
+    BoundaryRelation,
+    identity_access,
+)
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
@@ -28,7 +33,7 @@ from tilefoundry.ir.hir.op_support import (
 )
 from tilefoundry.ir.lowering.values import Value, iota
 from tilefoundry.ir.types import DType, StorageKind, TensorType, f8e8m0, f32, f64, format_dim, i64
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -38,11 +43,6 @@ from tilefoundry.visitor_registry import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
-)
-from tilefoundry.visitor_registry.access_relation import (
-    AccessRelations,
-    BoundaryRelation,
-    identity_access,
 )
 
 

@@ -32,7 +32,7 @@ from tilefoundry.ir.hir.tensor.slice import Slice, windows
 from tilefoundry.ir.hir.whole_axis import reads_except, refuse_splits_on, whole_axis_relations
 from tilefoundry.ir.types import DType, TensorType, dim_lower_bound, format_dim
 from tilefoundry.ir.types.shard.int_tuple import is_int
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -43,7 +43,7 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
-from tilefoundry.visitor_registry.validation_samples import Sample, operand
+from tilefoundry.rules.validation_samples import Sample, operand
 
 
 def _ints(value: object) -> tuple:

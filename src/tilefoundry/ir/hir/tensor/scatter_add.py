@@ -35,7 +35,7 @@ from tilefoundry.ir.hir.tensor.scatter_sharding import (
 from tilefoundry.ir.lowering.values import Value, scatter_add
 from tilefoundry.ir.types import TensorType, format_dim
 from tilefoundry.ir.types.shard.int_tuple import same_value
-from tilefoundry.visitor_registry import (
+from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
     register_eval,
@@ -47,7 +47,7 @@ from tilefoundry.visitor_registry import (
     register_typeinfer,
     register_validation_samples,
 )
-from tilefoundry.visitor_registry.validation_samples import Sample, index_operand, operand
+from tilefoundry.rules.validation_samples import Sample, index_operand, operand
 
 
 class ScatterAdd(Op):

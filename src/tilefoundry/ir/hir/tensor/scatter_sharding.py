@@ -27,7 +27,7 @@ from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.types import TensorType
 from tilefoundry.ir.types.shard import B, Broadcast, Partial, ShardLayout, Split
 from tilefoundry.ir.types.shard.shard_layout import canonical_shard_layout
-from tilefoundry.visitor_registry.shard_reading import canonical_splits, pending_partials
+from tilefoundry.sharding.shard_reading import canonical_splits, pending_partials
 
 _RULE = "ScatterAdd's sharding rule"
 
