@@ -17,6 +17,7 @@ from tilefoundry.ir.hir.tensor.pad import pad_undoing
 from tilefoundry.ir.types import (
     DimVar,
     bool_,
+    f8e8m0,
     f32,
     f64,
     i8,
@@ -74,6 +75,7 @@ CASES = [
     ("integral float value", pad((1,), (0,), value=3.0), plain((4,), i32), plain((5,), i32)),
     ("value out of range", pad((1,), (0,), value=-1), plain((4,), u8), r"does not fit u8"),
     ("bool value", pad((1,), (0,), value=2), plain((4,), bool_), r"not a bool"),
+    ("scale format", pad((1,), (0,)), plain((4,), f8e8m0), r"0 is not positive, and f8e8m0"),
     # Sharding: a Split on an axis left alone carries; on a padded axis it fails closed
     ("Split elsewhere", pad((0, 1), (0, 1)), sharded((8, 4), X, S(0)), sharded((8, 6), X, S(0))),
     ("Split padded", pad((1, 0), (0, 0)), sharded((8, 4), X, S(0)),

@@ -30,7 +30,7 @@ from tilefoundry.ir.hir.op_support import (
 )
 from tilefoundry.ir.hir.tensor.slice import Slice, windows
 from tilefoundry.ir.hir.whole_axis import reads_except, refuse_splits_on, whole_axis_relations
-from tilefoundry.ir.types import DType, TensorType, dim_lower_bound, format_dim
+from tilefoundry.ir.types import DType, TensorType, dim_lower_bound, f8e8m0, format_dim
 from tilefoundry.ir.types.shard.int_tuple import is_int
 from tilefoundry.rules import (
     FusionKind,
@@ -121,8 +121,10 @@ def _check_value(op: Pad, dtype: DType) -> None:
             raise VerifyError(
                 f"Pad: 'value' {value!r} does not fit {dtype} ({info.min}..{info.max})"
             )
-    elif not dtype.is_float:
-        raise VerifyError(f"Pad: operand 'x' has dtype {dtype}, which holds no padding constant")
+    elif dtype == f8e8m0 and not value > 0:
+        raise VerifyError(
+            f"Pad: 'value' {value!r} is not positive, and f8e8m0 holds only powers of two"
+        )
 
 
 @register_typeinfer(Pad)

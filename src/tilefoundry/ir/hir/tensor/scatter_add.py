@@ -153,7 +153,7 @@ def _sharded_eval(op: ScatterAdd, args, call):
             owned = call.indices(0, reading.axis, coord)
             mine = np.isin(index, owned)
             index = np.where(mine, np.searchsorted(owned, index), 0).astype(index.dtype)
-            added = np.where(mine.reshape(_owned_mask(mine, reading)), added, 0)
+            added = np.where(mine.reshape(_owned_mask(mine, reading)), added, added.dtype.type(0))
         return _add_at(op, x_local, index, added, out.dtype)
 
     return call.wrap({coord: device(coord) for coord in call.coords})
@@ -192,6 +192,7 @@ def _spmd_lowering(op: ScatterAdd, operands, call):
 
 
 def _kept_on(first: Value, value: Value) -> Value:
+    """`value` on the device where `first` holds, zeros elsewhere (counted once in a sum)."""
     return first.broadcast_in_dim([], value.shape).select(value, value.full(0))
 
 
