@@ -1,10 +1,13 @@
-"""Shared test machinery: the one `--update-golden` switch for every golden-text test."""
+"""Shared test machinery: the one `--update-golden` switch for every golden-text test, and a
+fixture that starts a test from empty process-wide caches."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+
+from tilefoundry.caches import clear_all
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 
@@ -33,3 +36,12 @@ def golden(request):
         assert text == path.read_text(), f"output differs from golden {path}"
 
     return check
+
+
+@pytest.fixture
+def fresh_caches():
+    """Every process-wide cache emptied before the test and after it (`tilefoundry.caches`):
+    the test sees what a new process would see, and leaves none of its entries behind."""
+    clear_all()
+    yield
+    clear_all()

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from functools import cache
 
+from tilefoundry.caches import memoize
 from tilefoundry.errors import VerifyError
 from tilefoundry.frontend.calls import SurfaceOp
 from tilefoundry.rules import surface_entry, surface_names
@@ -19,7 +19,7 @@ from tilefoundry.rules import surface_entry, surface_names
 OP_NAMESPACES = ("math", "tensor", "nn", "shape", "sharding")
 
 
-@cache
+@memoize("dsl: op catalog loaded", 1)
 def load_op_catalog() -> None:
     """Import every module under `tilefoundry.ir.hir.<namespace>` so each registers its rules."""
     for namespace in OP_NAMESPACES:

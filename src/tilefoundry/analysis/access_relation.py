@@ -16,11 +16,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 
 import islpy as isl
 
 from tilefoundry.analysis.access_structure import AxisAccess, map_axes
+from tilefoundry.caches import memoize
 from tilefoundry.errors import VerifyError
 
 __all__ = [
@@ -163,7 +164,7 @@ def reduction_dims(relations: AccessRelations) -> frozenset[int]:
 # Building maps
 
 
-@lru_cache(maxsize=_CACHE_SIZE)
+@memoize("access relations: parsed isl maps", _CACHE_SIZE)
 def _parse(text: str) -> isl.Map:
     return isl.Map(text)
 
@@ -195,7 +196,7 @@ def _rank_and_shape(out: int | Sequence[object]) -> tuple[int, tuple[object, ...
     return len(out), tuple(out)
 
 
-@lru_cache(maxsize=_CACHE_SIZE)
+@memoize("access relations: identity_access", _CACHE_SIZE)
 def identity_access(rank: int) -> AffineAccess:
     return _access(rank, [f"d{i}" for i in range(rank)])
 
@@ -217,7 +218,7 @@ def _broadcast_exprs(out: int | tuple[object, ...], operand_shape: tuple[object,
     return exprs
 
 
-@lru_cache(maxsize=_CACHE_SIZE)
+@memoize("access relations: broadcast_access", _CACHE_SIZE)
 def _broadcast_access(out: int | tuple[object, ...], operand_shape: tuple[object, ...]):
     return _access(out if isinstance(out, int) else len(out), _broadcast_exprs(out, operand_shape))
 
@@ -228,7 +229,7 @@ def broadcast_access(out: int | Sequence[object], operand_shape: Sequence[object
     return _broadcast_access(out_key, tuple(operand_shape))
 
 
-@lru_cache(maxsize=_CACHE_SIZE)
+@memoize("access relations: permutation_access", _CACHE_SIZE)
 def _permutation_access(perm: tuple[int, ...]) -> AffineAccess:
     if sorted(perm) != list(range(len(perm))):
         raise VerifyError(f"access relation: {perm} is not a permutation")
@@ -261,7 +262,7 @@ def broadcast_shapes(*shapes: Sequence[object]) -> tuple[object, ...]:
     return tuple(result)
 
 
-@lru_cache(maxsize=_CACHE_SIZE)
+@memoize("access relations: elementwise_relations", _CACHE_SIZE)
 def _elementwise_relations(out_shape: tuple, in_shapes: tuple) -> AccessRelations:
     out = identity_access(len(out_shape))
     inputs = tuple(BoundaryRelation(broadcast_access(out_shape, s)) for s in in_shapes)
@@ -277,7 +278,7 @@ def elementwise_relations(
     return _elementwise_relations(tuple(out_shape), tuple(tuple(s) for s in in_shapes))
 
 
-@lru_cache(maxsize=_CACHE_SIZE)
+@memoize("access relations: reduction_relations", _CACHE_SIZE)
 def _reduction_relations(rank: int, axes: tuple[int, ...], keepdim: bool) -> AccessRelations:
     reduced = set()
     for axis in axes:
@@ -297,7 +298,7 @@ def reduction_relations(rank: int, axes: Sequence[int], keepdim: bool) -> Access
     return _reduction_relations(rank, tuple(axes), bool(keepdim))
 
 
-@lru_cache(maxsize=_CACHE_SIZE)
+@memoize("access relations: contraction_relations", _CACHE_SIZE)
 def _contraction_relations(lhs_shape: tuple, rhs_shape: tuple) -> AccessRelations:
     if len(lhs_shape) < 2 or len(rhs_shape) < 2:
         raise VerifyError(
@@ -364,7 +365,7 @@ def _view_segments(out_shape: tuple, in_shape: tuple) -> list[tuple[list[int], l
     raise VerifyError(f"access relation: reshape {in_shape} -> {out_shape} changes the size")
 
 
-@lru_cache(maxsize=_CACHE_SIZE)
+@memoize("access relations: linearized_view", _CACHE_SIZE)
 def _linearized_view(out_shape: tuple, in_shape: tuple) -> AffineAccess:
     exprs = ["0"] * len(in_shape)
     for outs, ins in _view_segments(out_shape, in_shape):

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
+from tilefoundry.caches import Memo
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
 from tilefoundry.ir.types import TupleType, Type, UnitType, is_type
@@ -135,7 +136,7 @@ def _tuple(node: Tuple, ctx: TypeInferContext) -> Type:
     return TupleType(tuple(ctx.infer(e) for e in node.elements))
 
 
-_OP_RESULTS: dict[tuple, Type] = {}
+_OP_RESULTS = Memo("typeinfer: op rule results", 1 << 16)
 """(op, its attribute value classes, operand types) -> the op rule's result, for this process.
 
 An op rule is a pure function of the op's attributes and its operand types (it reads the context
@@ -144,7 +145,6 @@ memoised), so a program that repeats one op on one shape — every layer of a
 decoder, every re-typing by a pass or the verifier — runs the rule once. Only successes are
 remembered: an error is raised afresh at its own call site. Function and FusionRegion callees are
 not memoised (their type is their body's)."""
-_OP_RESULTS_LIMIT = 1 << 16
 
 
 def _op_key(op: Op, arg_types: tuple[Type, ...]) -> tuple:
@@ -178,9 +178,7 @@ def _call(call: Call, ctx: TypeInferContext) -> Type:
             call, "effect-form call (UnitType result) is not allowed in HIR; HIR is value-form"
         )
     if key is not None and not ctx.call_was_read:
-        if len(_OP_RESULTS) >= _OP_RESULTS_LIMIT:
-            _OP_RESULTS.clear()
-        _OP_RESULTS[key] = result
+        _OP_RESULTS.put(key, result)
     return result
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from tilefoundry.analysis import TypeInferContext
+from tilefoundry.caches import Memo
 from tilefoundry.errors import (
     EvalError,
     InternalCompilerError,
@@ -93,8 +94,8 @@ def concrete_type(type_: Type, bindings: Bindings, where: str) -> Type:
 
 
 _NO_VARS: frozenset[Var] = frozenset()
-_TYPED: dict[int, Function] = {}
-_TYPED_LIMIT = 1024
+_TYPED = Memo("evaluator: typed functions", 1024)
+"""id(fn) of each Function typed in this process (while it lives)."""
 
 
 class _Activation:
@@ -135,12 +136,10 @@ class Interpreter:
     @staticmethod
     def ensure_typed(fn: Function) -> None:
         """Type `fn` once per process, not once per `evaluate` call (its nodes are immutable and
-        keep their stamped types; the entry holds `fn`, so its id is not reused meanwhile)."""
-        if _TYPED.get(id(fn)) is not fn:
+        keep their stamped types)."""
+        if id(fn) not in _TYPED:
             TypeInferContext().infer(fn)
-            if len(_TYPED) >= _TYPED_LIMIT:
-                _TYPED.clear()
-            _TYPED[id(fn)] = fn
+            _TYPED.put(id(fn), True, owner=fn)
 
     def invoke(self, fn: Function, values: Sequence[Any]) -> tuple[Function, Any]:
         """Run `fn` (a dispatch base selects its variant) on values; returns (body fn, value)."""
@@ -423,8 +422,8 @@ def evaluate(fn: Function, *arrays: Any, complete_partials: bool = False) -> Any
         raise EvalError(f"evaluate: expected a hir Function, got {type(fn).__name__}")
     prepared = _prepared(fn)
     interpreter = prepared.interpreter
-    checked, bindings = prepared.check_arguments(arrays)
-    prepared.check_memory(bindings)
+    checked, bindings = prepared.check_arguments(fn, arrays)
+    prepared.check_memory(fn, bindings)
     placed = checked
     if prepared.places:
         pairs = enumerate(zip(fn.params, checked, strict=True))
@@ -443,11 +442,10 @@ class _Prepared:
     """What `evaluate` works out once per Function, not once per call: the function typed, an
     Interpreter whose caches (loop-variable sets, read counts, call sites: facts of the immutable
     IR) persist, and the bindings whose memory check passed under the current
-    memory limit setting."""
+    memory limit setting. It does not hold the Function (its cache entry goes with it)."""
 
     def __init__(self, fn: Function):
         Interpreter.ensure_typed(fn)
-        self.fn = fn
         self.interpreter = Interpreter()
         self._fits: set[tuple] = set()
         self._signature = static_signature(fn)
@@ -457,7 +455,9 @@ class _Prepared:
             for p in fn.params
         )
 
-    def check_arguments(self, arrays: tuple) -> tuple[tuple[np.ndarray, ...], Bindings]:
+    def check_arguments(
+        self, fn: Function, arrays: tuple
+    ) -> tuple[tuple[np.ndarray, ...], Bindings]:
         """`check_arguments`' result. When every parameter has a static shape, arrays that are
         already ndarrays of exactly the parameters' shapes and dtypes are what it would return
         (with no DimVar to bind); anything else takes the general check and its messages."""
@@ -468,25 +468,21 @@ class _Prepared:
                     break
             else:
                 return arrays, {}
-        fn = self.fn
         return check_arguments(fn.name, fn.params, arrays, "evaluate", check_dtype)
 
-    def check_memory(self, bindings: Bindings) -> None:
+    def check_memory(self, fn: Function, bindings: Bindings) -> None:
         key = (tuple(bindings.items()), os.environ.get(MEMORY_ENV))
         if key not in self._fits:
-            check_memory(self.fn, bindings, "evaluate")
+            check_memory(fn, bindings, "evaluate")
             self._fits.add(key)
 
 
-_PREPARED: dict[int, _Prepared] = {}
+_PREPARED = Memo("evaluator: prepared functions", 1024)
 
 
 def _prepared(fn: Function) -> _Prepared:
-    """`fn`'s `_Prepared`, kept per process (the entry holds `fn`, so its id is not reused)."""
+    """`fn`'s `_Prepared`, kept per process while fn lives."""
     prepared = _PREPARED.get(id(fn))
-    if prepared is None or prepared.fn is not fn:
-        prepared = _Prepared(fn)
-        if len(_PREPARED) >= _TYPED_LIMIT:
-            _PREPARED.clear()
-        _PREPARED[id(fn)] = prepared
+    if prepared is None:
+        prepared = _PREPARED.put(id(fn), _Prepared(fn), owner=fn)
     return prepared

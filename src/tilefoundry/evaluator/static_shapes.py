@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from tilefoundry.caches import Memo
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.evaluator.boundary import shape_of
 from tilefoundry.evaluator.dtypes import check_dtype
@@ -15,21 +16,18 @@ from tilefoundry.ir.hir import Function
 from tilefoundry.ir.hir.signature import Bindings, bind_dim_vars
 from tilefoundry.ir.types import TensorType
 
-_LIMIT = 1024
-_STATIC_SHAPES: dict[int, tuple[Function, tuple[tuple[int, ...], ...] | None]] = {}
+_STATIC_SHAPES = Memo("evaluator: static parameter shapes", 1024)
+"""id(fn) -> `static_shapes(fn)`, kept while fn lives."""
+_UNKNOWN = object()
 
 
 def bind(fn: Function, values: Sequence[Any]) -> Bindings:
     """`bind_dim_vars` on the values' shapes. A function whose parameters all have static
     shapes binds nothing, so arrays of exactly those shapes need no check (any other value
     takes the general one, and its messages)."""
-    entry = _STATIC_SHAPES.get(id(fn))
-    if entry is None or entry[0] is not fn:
-        entry = (fn, static_shapes(fn))
-        if len(_STATIC_SHAPES) >= _LIMIT:
-            _STATIC_SHAPES.clear()
-        _STATIC_SHAPES[id(fn)] = entry
-    shapes = entry[1]
+    shapes = _STATIC_SHAPES.get(id(fn), _UNKNOWN)
+    if shapes is _UNKNOWN:
+        shapes = _STATIC_SHAPES.put(id(fn), static_shapes(fn), owner=fn)
     if shapes is not None and all(
         type(v) is np.ndarray and v.shape == shape for v, shape in zip(values, shapes, strict=True)
     ):

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from tilefoundry.caches import LRU
 from tilefoundry.errors import InternalCompilerError, UnsupportedError
 from tilefoundry.exits.xla import check_inputs, structure
 from tilefoundry.ir.hir import Function
@@ -40,7 +41,8 @@ _COMPILE_FLAGS = (
     *IREE_TYPE_FLAGS,
 )
 
-_MODULES: dict[tuple, Any] = {}
+_MODULES = LRU("run_iree: compiled modules", 64)
+"""(id(fn), portable, argument shapes/dtypes) -> the loaded module, while fn lives."""
 
 
 def _import_iree():
@@ -82,11 +84,11 @@ def run_iree(fn: Function, *arrays: Any, portable: bool = False) -> Any:
 
     arrays, bindings = check_inputs(fn, arrays, "run_iree")
     key = (id(fn), portable, tuple((a.shape, a.dtype.str) for a in arrays))
-    entry = _MODULES.get(key)
-    if entry is None:
+    module = _MODULES.hit(key)
+    if module is None:
         module = compile_iree(emit_stablehlo(fn, bindings=bindings or None, portable=portable))
-        entry = _MODULES[key] = (fn, module)  # fn kept alive so its id is not reused
-    outputs = entry[1].main(*arrays)
+        _MODULES.put(key, module, owner=fn)
+    outputs = module.main(*arrays)
     if not isinstance(outputs, (tuple, list)):  # IREE returns a lone result unwrapped
         outputs = (outputs,)
     flat = [np.asarray(o.to_host()) for o in outputs]

@@ -6,8 +6,7 @@ InternalCompilerError carrying the toolchain's diagnostics and the offending tex
 
 from __future__ import annotations
 
-from functools import cache
-
+from tilefoundry.caches import memoize
 from tilefoundry.errors import InternalCompilerError, UnsupportedError
 
 
@@ -53,7 +52,7 @@ def parse_and_verify(text: str) -> None:
             raise _rejected("rejected the module", err, text) from None
 
 
-@cache
+@memoize("jaxlib: StableHLO versions", 1)
 def toolchain_versions() -> tuple[str, str]:
     """(current, minimum) StableHLO versions of the installed jaxlib."""
     *_, stablehlo = _import_mlir()

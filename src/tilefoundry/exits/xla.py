@@ -22,13 +22,13 @@ global arrays. XLA must have been started with N devices (on CPU:
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 from collections.abc import Callable
 from operator import attrgetter
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from tilefoundry.caches import LRU
 from tilefoundry.errors import EvalError, UnsupportedError
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.hir.footprint import MEMORY_ENV, check_memory
@@ -38,10 +38,10 @@ from tilefoundry.ir.types import TupleType
 
 
 class _Entry(NamedTuple):
-    """A compiled function for one (function, device count, shapes, dtypes)."""
+    """A compiled function for one (function, device count, shapes, dtypes). It does not hold
+    the function: the entry goes when the function does (`caches`), so `id(fn)` in its key is
+    never another function's."""
 
-    fn: Function
-    """Held so that `id(fn)` in the key is not reused while the entry is cached."""
     run: Callable[..., Any]
     """Numpy arguments in, numpy results out, shaped like the function's return type."""
     memory_setting: bytes | str | None
@@ -49,7 +49,6 @@ class _Entry(NamedTuple):
     value re-checks."""
 
 
-_EXECUTABLES: OrderedDict[tuple, _Entry] = OrderedDict()
 _SIGNATURE = attrgetter("shape", "dtype", "__class__")
 _ENVIRON: dict = getattr(os.environ, "_data", os.environ)
 """CPython's `os.environ` keeps its encoded items in `_data` (every `os.environ` write updates
@@ -57,8 +56,9 @@ it): reading it directly costs 0.1 µs where `os.environ.get` costs 1 µs, a few
 small call. tests/exits/test_xla_jit.py checks that a changed limit is still seen."""
 _MEMORY_KEY = os.environ.encodekey(MEMORY_ENV) if _ENVIRON is not os.environ else MEMORY_ENV
 CACHED_EXECUTABLES = 64
-"""Executables kept (least recently used dropped first): each holds its function alive, so an
-unbounded cache grew with every function ever run (a program re-parsed in a loop)."""
+"""Executables kept (least recently used dropped first): an unbounded cache grew with every
+function ever run (a program re-parsed in a loop)."""
+_EXECUTABLES = LRU("run_xla: executables", CACHED_EXECUTABLES)
 MAX_CALL_DEPTH = 128
 """Nested calls XLA compiles safely (its CPU compiler segfaults between 160 and 200 levels)."""
 
@@ -116,7 +116,7 @@ def _cache_key(fn: Any, arrays: tuple[Any, ...], devices: Any) -> tuple:
 def run_xla(fn: Function, *arrays: Any, devices: int | None = None) -> Any:
     try:  # `_cache_key`, inlined: this path is the whole per-call cost on a small program
         key = (id(fn), 1 if devices is None else devices, *map(_SIGNATURE, arrays))
-        entry = _EXECUTABLES[key]
+        entry = _EXECUTABLES[key]  # `_EXECUTABLES.hit(key)`, inlined
         _EXECUTABLES.move_to_end(key)  # most recently used last (a KeyError if another
         # thread dropped it meanwhile: then it is admitted again)
     except (AttributeError, TypeError, KeyError):  # no shape/dtype, unhashable, or a miss
@@ -130,8 +130,8 @@ def _admit(
     fn: Function, arrays: tuple[Any, ...], devices: int | None
 ) -> tuple[_Entry, tuple[np.ndarray, ...]]:
     """Every check of a first call (arguments, memory, call depth), then the compiled entry,
-    cached under the checked arrays' key (most recently used last, the oldest dropped), and the
-    checked arrays (ndarrays) to run it on."""
+    cached under the checked arrays' key while `fn` lives, and the checked arrays (ndarrays) to
+    run it on."""
     if not isinstance(fn, Function):
         raise EvalError(f"run_xla: expected a hir Function, got {type(fn).__name__}")
     arrays, bindings = check_inputs(fn, arrays)
@@ -147,12 +147,9 @@ def _admit(
     key = _cache_key(fn, arrays, devices)
     entry = _EXECUTABLES.get(key)
     if entry is None:  # new (shapes, dtypes), already checked against the signature: compile
-        entry = _Entry(fn, _compiled(fn, arrays, bindings, devices), None)
-    _EXECUTABLES[key] = entry = entry._replace(memory_setting=_ENVIRON.get(_MEMORY_KEY))
-    _EXECUTABLES.move_to_end(key)
-    while len(_EXECUTABLES) > CACHED_EXECUTABLES:
-        _EXECUTABLES.popitem(last=False)
-    return entry, arrays
+        entry = _Entry(_compiled(fn, arrays, bindings, devices), None)
+    entry = entry._replace(memory_setting=_ENVIRON.get(_MEMORY_KEY))
+    return _EXECUTABLES.put(key, entry, owner=fn), arrays
 
 
 def _compiled(

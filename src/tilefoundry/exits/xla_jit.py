@@ -12,11 +12,12 @@ tests/exits/test_xla_jit.py fails loudly if either changes shape.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from tilefoundry.caches import memoize
 
 _CANDIDATE_DTYPES = (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -31,7 +32,7 @@ _X64_DTYPES = tuple(np.dtype(d) for d in ("int64", "uint64", "float64", "complex
 """What jax narrows to 32 bits unless x64 is on."""
 
 
-@functools.cache
+@memoize("xla_jit: MLIR element types", 1)
 def _ir_dtypes() -> dict[str, np.dtype]:
     """MLIR element type spelling -> numpy dtype, from jax's own mapping."""
     import ml_dtypes

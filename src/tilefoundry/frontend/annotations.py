@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tilefoundry.caches import Memo
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.types import DType, StorageKind, TensorType, is_shape_dim
 from tilefoundry.ir.types.shard import LayoutBase
@@ -97,7 +98,7 @@ def _shape_slot(value: Any) -> tuple:
     raise VerifyError(f"the shape slot must be a tuple of extents, got {value!r}")
 
 
-_PLAIN: dict[tuple, TensorType] = {}
+_PLAIN = Memo("annotations: plain Tensor[...] types", 4096)
 """`Tensor[(ints...), "dtype"]` -> its type: the common annotation, built once per spelling."""
 
 
@@ -112,9 +113,7 @@ def _build(items: tuple) -> TensorType:
         return _build_type(items)
     built = _PLAIN.get(items)
     if built is None:
-        if len(_PLAIN) >= 4096:
-            _PLAIN.clear()
-        built = _PLAIN[items] = _build_type(items)
+        built = _PLAIN.put(items, _build_type(items))
     return built
 
 

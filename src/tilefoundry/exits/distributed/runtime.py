@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from tilefoundry.caches import LRU
 from tilefoundry.errors import EvalError, UnsupportedError
 from tilefoundry.exits.distributed.config import WHERE, ProcessConfig, config_from_environment
 from tilefoundry.exits.distributed.placement import check_capacity, device_grid
@@ -31,7 +32,8 @@ Loader = Callable[[int, Index], Any]
 where `index` is one slice per axis; it is called once per distinct block this process holds."""
 
 _JOINED: list[ProcessConfig] = []
-_EXECUTABLES: dict[tuple, tuple[Function, Any, np.ndarray]] = {}
+_EXECUTABLES = LRU("distributed: executables", 64)
+"""(id(fn), global shapes, process config) -> (executable, device grid), while fn lives."""
 
 
 @dataclass(frozen=True)
@@ -148,10 +150,11 @@ def run_distributed(
     from jax.sharding import Mesh, NamedSharding
 
     key = (id(fn), tuple(shapes), config)
-    if key not in _EXECUTABLES:
+    entry = _EXECUTABLES.hit(key)
+    if entry is None:
         grid = device_grid(module.mesh, jax.devices(), config.num_processes)
-        _EXECUTABLES[key] = (fn, _compile(module.text, grid), grid)
-    _, executable, grid = _EXECUTABLES[key]
+        entry = _EXECUTABLES.put(key, (_compile(module.text, grid), grid), owner=fn)
+    executable, grid = entry
     jax_mesh = Mesh(grid, axis_names(module.mesh))
     coords = {device: coord for coord, device in np.ndenumerate(grid)}
     with jax.enable_x64(True):  # else 64-bit blocks would be narrowed to 32 bits

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from tilefoundry.analysis import TypeInferContext
+from tilefoundry.caches import LRU
 from tilefoundry.errors import EvalError, UnsupportedError
 from tilefoundry.exits.pallas.grid import EXIT, BlockMap, block_map, fields, find_grid
 from tilefoundry.exits.pallas.kernel import KernelBody
@@ -173,9 +174,10 @@ def default_interpret() -> bool:
     return jax.default_backend() != "gpu"
 
 
-_CALLS: dict[tuple, tuple] = {}
-"""(id(fn), argument shapes/dtypes, interpret) -> (fn, kernel, jitted call): a kernel is traced
-once per shape, as run_xla compiles once per shape (fn is held so its id stays its own)."""
+_CALLS = LRU("run_pallas: traced kernels", 64)
+"""(id(fn), argument shapes/dtypes, interpret) -> (kernel, jitted call), while fn lives: a kernel
+is traced once per shape, as run_xla compiles once per shape. (The kernel refers to fn, so an
+entry keeps its function until the bound drops it.)"""
 
 
 def run_pallas(fn: Function, *arrays: Any, interpret: bool | None = None) -> Any:
@@ -191,11 +193,12 @@ def run_pallas(fn: Function, *arrays: Any, interpret: bool | None = None) -> Any
         )
     checked = [np.asarray(a) for a in arrays]
     key = (id(fn), tuple((a.shape, a.dtype.str) for a in checked), interpret)
-    if key not in _CALLS:
+    entry = _CALLS.hit(key)
+    if entry is None:
         import jax
 
-        _CALLS[key] = (fn, kernel, jax.jit(kernel.call(interpret)))
-    _, kernel, call = _CALLS[key]
+        entry = _CALLS.put(key, (kernel, jax.jit(kernel.call(interpret))), owner=fn)
+    kernel, call = entry
     outputs = [np.asarray(o) for o in call(*checked, *kernel.constant_arrays())]
     return _structure(outputs, kernel.fn.body.type)
 

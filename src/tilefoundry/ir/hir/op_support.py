@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
 
 from tilefoundry.analysis.access_relation import AccessRelations, broadcast_shapes
 from tilefoundry.analysis.storage import anchor_storage
+from tilefoundry.caches import memoize
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op
 from tilefoundry.ir.types import DType, StorageKind, TensorType, Type, f32, normalize_dim
@@ -134,7 +134,7 @@ def _freeze(controls: dict[str, Any]) -> tuple:
     return tuple(sorted(controls.items()))
 
 
-@lru_cache(maxsize=4096)
+@memoize("op_support: shard propagation results", 4096)
 def _propagate_memo(op: Op, arg_types: tuple, out_shape: tuple, controls: tuple):
     """Propagation is a pure function of (op, operand types, output shape, controls), all
     hashable values, so a program that repeats one op on one shape pays for it once."""
@@ -165,7 +165,7 @@ def numpy_dtype(dtype: DType) -> np.dtype:
     return _numpy_dtype(dtype)
 
 
-@cache
+@memoize("op_support: numpy dtypes", 64)
 def _numpy_dtype(dtype: DType) -> np.dtype:
     return np.dtype(dtype.to_numpy())
 

@@ -15,11 +15,11 @@ variable pinned to 0 (`exists=False`), which binds no domain dim.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
-from functools import lru_cache
 
 import islpy as isl
 
 from tilefoundry.analysis.access_relation import AccessRelations, AffineAccess, BoundaryRelation
+from tilefoundry.caches import memoize
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op
 from tilefoundry.ir.hir.op_support import mesh_axis_label, op_name, split_owners
@@ -29,7 +29,7 @@ Reads = tuple[int | None, ...]
 """Per value axis, the domain dim it reads as a projection, or None for a whole (free) axis."""
 
 
-@lru_cache(maxsize=1024)
+@memoize("whole-axis row accesses", 1024)
 def _row_access(domain_rank: int, reads: Reads, exists: bool) -> AffineAccess:
     dims = ", ".join(f"d{i}" for i in range(domain_rank))
     free = [f"w{i}" if exists else "0" for i in range(len(reads))]

@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tilefoundry.caches import Memo
 from tilefoundry.ir.lowering.builder import Lowered, Lowering
 
 _FRESH, _OPERAND, _END = "\x01", "\x03", "\x02"
-_TEMPLATES: dict[tuple, tuple[int, list[str], Any]] = {}
+_TEMPLATES = Memo("replay: op lowering templates", 1 << 14)
 """key -> (fresh names the rule takes, its line templates, its result template)."""
-_TEMPLATES_LIMIT = 1 << 14
 
 
 class _Recording(Lowering):
@@ -129,9 +129,7 @@ def lower_cached(
             _result_template(result, fresh),
         )
         if not recorder._call_read[0]:
-            if len(_TEMPLATES) >= _TEMPLATES_LIMIT:
-                _TEMPLATES.clear()
-            _TEMPLATES[key] = entry
+            _TEMPLATES.put(key, entry)
     fresh, lines, result_template = entry
     base = lw._counter[0]
     lw._counter[0] = base + fresh

@@ -30,12 +30,11 @@ Partial bias alone (the convolution would be). No other reduction commutes.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import islpy as isl
 import numpy as np
 
 from tilefoundry.analysis.access_relation import AccessRelations, AffineAccess, BoundaryRelation
+from tilefoundry.caches import memoize
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import (
@@ -147,7 +146,7 @@ def _out_shape(op: Conv2D, x: TensorType, weight: TensorType) -> tuple:
     return (x.shape[0], weight.shape[0], *spatial)
 
 
-@lru_cache(maxsize=256)
+@memoize("conv2d access relations", 256)
 def _relations(stride, padding, dilation, groups, group_out, group_in) -> AccessRelations:
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
     channel = "d4" if groups == 1 else f"floor(d1/{group_out})*{group_in} + d4"
