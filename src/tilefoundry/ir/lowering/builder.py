@@ -41,6 +41,15 @@ class Lowering:
         self._call_read[0] = True
         return self._call
 
+    def set_call(self, call: Any) -> None:
+        """Say which Call's op rule runs next on this body (what `call` then answers)."""
+        self._call = call
+
+    @property
+    def call_was_read(self) -> bool:
+        """Whether a rule on this body (or a child body) has read `call`."""
+        return self._call_read[0]
+
     def bindings_key(self) -> tuple:
         """`bindings` as a hashable, order-free key (computed once per body)."""
         if self._bindings_key is None:
@@ -53,6 +62,17 @@ class Lowering:
     def fresh(self) -> str:
         self._counter[0] += 1
         return f"%{self._counter[0] - 1}"
+
+    @property
+    def names_taken(self) -> int:
+        """How many fresh names the function has taken (its nested regions share the count)."""
+        return self._counter[0]
+
+    def take_names(self, count: int) -> int:
+        """Take `count` fresh names at once; returns the number of the first (name `%n`)."""
+        first = self._counter[0]
+        self._counter[0] = first + count
+        return first
 
     def line(self, text: str) -> None:
         self.lines.append(" " * self.indent + text)

@@ -29,8 +29,7 @@ class _Recording(Lowering):
     """A body whose fresh names are placeholders `\\x01n\\x02` (n counted from 0)."""
 
     def fresh(self) -> str:
-        self._counter[0] += 1
-        return f"{_FRESH}{self._counter[0] - 1}{_END}"
+        return f"{_FRESH}{self.take_names(1)}{_END}"
 
 
 def _flatten(value: Lowered) -> list[str]:
@@ -92,7 +91,7 @@ def lower_cached(
     """`rule(op, operands, arg_types, out_type, lw)`, replayed from the first lowering with the
     same key (see the module docstring); `call` is what the rule sees as `lw.call`."""
     if type(lw) is not Lowering:  # a body with other behaviour: no claim its text replays
-        lw._call = call
+        lw.set_call(call)
         return rule(op, operands, arg_types, out_type, lw)
     flat = _flatten(operands)
     slot: dict[str, int] = {}
@@ -112,27 +111,26 @@ def lower_cached(
     try:
         entry = _TEMPLATES.get(key)
     except TypeError:  # something unhashable: run the rule as it is
-        lw._call = call
+        lw.set_call(call)
         return rule(op, operands, arg_types, out_type, lw)
     if entry is None:
         recorder = _Recording(lw.bindings, [0], lw.indent)
-        recorder._call = call
+        recorder.set_call(call)
         try:
             result = rule(op, _placeholders(operands, flat, slot), arg_types, out_type, recorder)
         except Exception:  # rerun on the real body: the error then names the real values
-            lw._call = call
+            lw.set_call(call)
             return rule(op, operands, arg_types, out_type, lw)
-        fresh = recorder._counter[0]
+        fresh = recorder.names_taken
         entry = (
             fresh,
             [_template(line, fresh) for line in recorder.lines],
             _result_template(result, fresh),
         )
-        if not recorder._call_read[0]:
+        if not recorder.call_was_read:
             _TEMPLATES.put(key, entry)
     fresh, lines, result_template = entry
-    base = lw._counter[0]
-    lw._counter[0] = base + fresh
+    base = lw.take_names(fresh)
     names = [f"%{base + n}" for n in range(fresh)]
     names.extend(slot)  # dicts keep insertion order: operand placeholder i is the i-th name
     lw.lines.extend([line.format(*names) for line in lines])
