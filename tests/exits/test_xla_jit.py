@@ -110,8 +110,8 @@ def test_a_cached_function_still_refuses_a_wrong_dtype_and_takes_a_list():
 def test_a_cached_function_sees_a_lowered_memory_limit(monkeypatch):
     """footprint.py: "The limit is TILEFOUNDRY_MEMORY_LIMIT ... when set": a limit lowered after
     the first run still refuses the next call of the same function and shapes (run_xla reads
-    the setting from os.environ's own store on a hit: this fails if that store stops tracking
-    os.environ writes)."""
+    the setting with libc's getenv on a hit, `footprint.memory_setting`: this fails if that
+    stops seeing os.environ writes)."""
     from tilefoundry.ir.hir.footprint import MEMORY_ENV
 
     fn = _doubled()

@@ -9,7 +9,6 @@ is a chain of frames; a node is memoised in the innermost frame whose loop varia
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,7 +36,7 @@ from tilefoundry.evaluator.straight_line import Step, StepKind, straight_line
 from tilefoundry.evaluator.values import scatter
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
-from tilefoundry.ir.hir.footprint import MEMORY_ENV, check_memory
+from tilefoundry.ir.hir.footprint import check_memory, memory_setting
 from tilefoundry.ir.hir.signature import Bindings, check_arguments
 from tilefoundry.ir.hir.walk import block_operands, run_suspended_walks
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
@@ -471,7 +470,7 @@ class _Prepared:
         return check_arguments(fn.name, fn.params, arrays, "evaluate", check_dtype)
 
     def check_memory(self, fn: Function, bindings: Bindings) -> None:
-        key = (tuple(bindings.items()), os.environ.get(MEMORY_ENV))
+        key = (tuple(bindings.items()), memory_setting())
         if key not in self._fits:
             check_memory(fn, bindings, "evaluate")
             self._fits.add(key)

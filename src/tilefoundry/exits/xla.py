@@ -21,7 +21,6 @@ global arrays. XLA must have been started with N devices (on CPU:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -31,7 +30,7 @@ import numpy as np
 from tilefoundry.caches import LRU
 from tilefoundry.errors import EvalError, UnsupportedError
 from tilefoundry.ir.hir import Function
-from tilefoundry.ir.hir.footprint import MEMORY_ENV, check_memory
+from tilefoundry.ir.hir.footprint import check_memory, memory_setting
 from tilefoundry.ir.hir.signature import check_arguments
 from tilefoundry.ir.hir.walk import call_depth
 from tilefoundry.ir.types import TupleType
@@ -45,16 +44,11 @@ class _Entry(NamedTuple):
     run: Callable[..., Any]
     """Numpy arguments in, numpy results out, shaped like the function's return type."""
     memory_setting: bytes | str | None
-    """`TILEFOUNDRY_MEMORY_LIMIT` (as `_ENVIRON` holds it) when the run was admitted: another
-    value re-checks."""
+    """`TILEFOUNDRY_MEMORY_LIMIT` (`footprint.memory_setting()`) when the run was admitted:
+    another value re-checks."""
 
 
 _SIGNATURE = attrgetter("shape", "dtype", "__class__")
-_ENVIRON: dict = getattr(os.environ, "_data", os.environ)
-"""CPython's `os.environ` keeps its encoded items in `_data` (every `os.environ` write updates
-it): reading it directly costs 0.1 µs where `os.environ.get` costs 1 µs, a few percent of a
-small call. tests/exits/test_xla_jit.py checks that a changed limit is still seen."""
-_MEMORY_KEY = os.environ.encodekey(MEMORY_ENV) if _ENVIRON is not os.environ else MEMORY_ENV
 CACHED_EXECUTABLES = 64
 """Executables kept (least recently used dropped first): an unbounded cache grew with every
 function ever run (a program re-parsed in a loop)."""
@@ -121,7 +115,7 @@ def run_xla(fn: Function, *arrays: Any, devices: int | None = None) -> Any:
         # thread dropped it meanwhile: then it is admitted again)
     except (AttributeError, TypeError, KeyError):  # no shape/dtype, unhashable, or a miss
         entry = None
-    if entry is None or entry.memory_setting != _ENVIRON.get(_MEMORY_KEY):
+    if entry is None or entry.memory_setting != memory_setting():
         entry, arrays = _admit(fn, arrays, devices)
     return entry.run(*arrays)
 
@@ -148,7 +142,7 @@ def _admit(
     entry = _EXECUTABLES.get(key)
     if entry is None:  # new (shapes, dtypes), already checked against the signature: compile
         entry = _Entry(_compiled(fn, arrays, bindings, devices), None)
-    entry = entry._replace(memory_setting=_ENVIRON.get(_MEMORY_KEY))
+    entry = entry._replace(memory_setting=memory_setting())
     return _EXECUTABLES.put(key, entry, owner=fn), arrays
 
 

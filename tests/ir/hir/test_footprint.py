@@ -10,7 +10,13 @@ import pytest
 from support.functions import call, function_of
 from tilefoundry.errors import EvalError
 from tilefoundry.evaluator import evaluate
-from tilefoundry.ir.hir.footprint import MEMORY_ENV, memory_limit, program_bytes, value_bytes
+from tilefoundry.ir.hir.footprint import (
+    MEMORY_ENV,
+    memory_limit,
+    memory_setting,
+    program_bytes,
+    value_bytes,
+)
 from tilefoundry.ir.hir.math import Binary, BinaryKind
 from tilefoundry.ir.types import DimVar, f32, i8, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import Broadcast, Split, make_mesh
@@ -50,6 +56,17 @@ def test_the_default_limit_is_the_machines_memory(monkeypatch):
     with open("/proc/meminfo", encoding="ascii") as info:
         total_kib = int(info.readline().split()[1])
     assert abs(memory_limit() - total_kib * 1024) < 64 * 2**20
+
+
+def test_the_setting_read_on_every_cached_call_follows_os_environ_writes(monkeypatch):
+    """`memory_setting` (read on each cached run_xla / evaluate call) sees a setting made and
+    removed through os.environ, as `memory_limit` does."""
+    monkeypatch.delenv(MEMORY_ENV, raising=False)
+    assert memory_setting() is None
+    monkeypatch.setenv(MEMORY_ENV, "8G")
+    assert memory_setting() in (b"8G", "8G")
+    monkeypatch.delenv(MEMORY_ENV)
+    assert memory_setting() is None
 
 
 def test_a_bad_setting_is_named(monkeypatch):
