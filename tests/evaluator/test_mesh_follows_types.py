@@ -245,7 +245,7 @@ def test_a_local_value_next_to_a_split_one_is_refused_with_a_fix_that_works():
     with pytest.raises(UnsupportedError) as info:
         evaluate(adds_a_local_to_a_split, rand(32), rand(8, seed=1))
     err = info.value
-    assert err.message.startswith("Binary: argument 0 is a per-device (Local) value")
+    assert err.message.startswith("Binary: operand 'lhs' is a per-device (Local) value")
     assert "apply the op to the sharded value before taking its local view" in err.message
     assert (err.location.line, err.location.col) == (line, lines[line - 1].index("tf.local") + 1)
 

@@ -283,10 +283,10 @@ WRONG = {
         '    wo: Tensor[(HIDDEN @ TP.tp, HIDDEN), "f32"],\n',
         '    wo: Tensor[(HIDDEN @ DP_TP.tp, HIDDEN), "f32"],\n',
         (RESIDUAL.rstrip("\n"), "merged @ wo"),
-        "MatMul: shard propagation (semantic-analysis §3.2 mesh): input 1 is sharded on "
-        "Mesh(device[8]: dp=2, tp=4) but input 0 on Mesh(device[8]: tp=8)",
-        "inputs with real sharding must share one mesh; insert reshard on input 1 onto the "
-        "common mesh",
+        "MatMul: shard propagation (semantic-analysis §3.2 mesh): operand 'rhs' is sharded on "
+        "Mesh(device[8]: dp=2, tp=4) but operand 'lhs' on Mesh(device[8]: tp=8)",
+        "inputs with real sharding must share one mesh; insert reshard on operand 'rhs' onto "
+        "the common mesh",
     ),
 }
 """name -> (line of llama_tp, its wrong replacement, (line refused, the op expression refused

@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from math import prod
 from typing import NamedTuple
 
@@ -24,6 +25,7 @@ from tilefoundry.ir.core import Op
 from tilefoundry.ir.types import TensorType, TupleType, Type
 from tilefoundry.ir.types.shard import Mesh, Partial, ShardLayout, Split
 from tilefoundry.sharding.axis_access import WholeAxis, axis_accesses, relations_for
+from tilefoundry.sharding.operand_names import OperandNames, schema_names
 from tilefoundry.sharding.shard_reading import AxisSplit, Splits, axis_splits, pending_partials
 
 
@@ -108,10 +110,17 @@ class BlockPlan:
         # Unsharded arguments need no access map: the op runs whole on every device.
         sharded = any(a.kind is Kind.SHARDED for a in self.args)
         self.relations = relations_for(op, tuple(arg_types)) if sharded else None
+        self._names = schema_names(op, len(self.args))
         self.partition: dict[int, Block] = {}
+        self._partitioned_by: dict[int, int] = {}  # domain dim -> the argument that split it
         self.partials_of: dict[int, frozenset[int]] = {}
         for index, arg in enumerate(self.args):
             self._collect(index, arg)
+
+    @cached_property
+    def words(self) -> OperandNames:
+        """How refusals name the arguments (the op's ParamDef names) and the domain dims."""
+        return OperandNames(self._names, self.relations, "argument")
 
     def _input_axes(self, index: int) -> tuple:
         return axis_accesses(self.relations.inputs[index].pattern)
@@ -123,8 +132,9 @@ class BlockPlan:
 
     def _collect(self, index: int, arg: ArgView) -> None:
         """Bind each Split of argument `index` to the domain dim its projection reads."""
+        words = self.words
         if arg.kind is Kind.SHARDED_TUPLE:
-            self._refuse(f"argument {index} is a tuple holding sharded values")
+            self._refuse(f"{words.operand(index)} is a tuple holding sharded values")
         if arg.kind is not Kind.SHARDED:
             return
         self.partials_of[index] = frozenset(pending_partials(arg.type))
@@ -134,15 +144,17 @@ class BlockPlan:
             if not isinstance(access, Projection):
                 labels = ", ".join(self.engine.label(self.mesh, a) for a in mesh_axes)
                 raise UnsupportedError(
-                    f"{self.where}: argument {index} is Split on {labels} along logical axis "
-                    f"{logical_axis}, which the op reads as {access}; {self.engine.name} "
-                    "partitions only dims read through a plain projection; insert "
-                    "reshard(x, Broadcast) on that argument first"
+                    f"{self.where}: {words.operand(index)} is Split on {labels} along logical "
+                    f"axis {logical_axis}, which the op reads as {access}; {self.engine.name} "
+                    f"partitions only dims read through a plain projection; insert "
+                    f"reshard({words.value(index)}, Broadcast) first"
                 )
             entry = Block(mesh_axes, arg.shape[logical_axis], None if split.canonical else split)
+            first = self._partitioned_by.setdefault(access.dim, index)
             if self.partition.setdefault(access.dim, entry) != entry:
                 raise UnsupportedError(
-                    f"{self.where}: two arguments split domain dim {access.dim} differently "
+                    f"{self.where}: {words.operands(first, index)} split "
+                    f"{words.dim(access.dim)} differently "
                     f"({_shown(self.partition[access.dim])} vs {_shown(entry)}); reshard one "
                     "of them first"
                 )
@@ -169,7 +181,8 @@ class BlockPlan:
             return None
         if arg.kind is Kind.LOCAL:
             raise UnsupportedError(
-                f"{self.where}: argument {index} is a per-device (Local) value (the result of "
+                f"{self.where}: {self.words.operand(index)} is a per-device (Local) value (the "
+                "result of "
                 "local, or computed from one) while another argument is split, so "
                 f"{self.engine.name} cannot tell which block of it each device holds; apply the "
                 "op to the sharded value before taking its local view"
@@ -182,9 +195,10 @@ class BlockPlan:
                 continue
             if not isinstance(access, Projection):
                 raise UnsupportedError(
-                    f"{self.where}: argument {index} reads partitioned domain dim {touched[0]} "
-                    f"on axis {axis} as {access}; a replicated input can be cut to a device's "
-                    "block only along a plain projection; reshard the split input to Broadcast"
+                    f"{self.where}: {self.words.operand(index)} reads partitioned "
+                    f"{self.words.dim(touched[0])} on axis {axis} as {access}; a replicated "
+                    "input can be cut to a device's block only along a plain projection; "
+                    "reshard the split input to Broadcast"
                 )
             cuts[axis] = self.partition[access.dim]
         return cuts
@@ -197,9 +211,9 @@ class BlockPlan:
                 continue
             if not isinstance(access, Projection):
                 raise UnsupportedError(
-                    f"{self.where}: result {index} writes partitioned domain dim "
-                    f"{touched[0]} on axis {axis} as {access}, not a plain projection; "
-                    "insert reshard(x, Broadcast) on the split input first"
+                    f"{self.where}: result {index} writes partitioned "
+                    f"{self.words.dim(touched[0])} on axis {axis} as {access}, not a plain "
+                    "projection; insert reshard(x, Broadcast) on the split input first"
                 )
             mesh_axes, extent, _ = self.partition[access.dim]
             shape[axis] = extent // prod(self.mesh.shape[a] for a in mesh_axes)

@@ -22,11 +22,17 @@ from tilefoundry.ir.types import TensorType, TupleType
 from tilefoundry.ir.types.shard import Broadcast, Dynamic, Layout, Partial, ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten
 from tilefoundry.ir.types.shard.mesh import c_order_strides
+from tilefoundry.sharding.operand_names import OperandNames
 from tilefoundry.sharding.shard_regroup import carried_factors, logical_axis_of
 
 __all__ = ["derive_output_shard_layout", "partial_reductions_by_axis"]
 
-_REMEDY = "insert reshard(x, Broadcast) on that input to replicate it along the mesh axis first"
+
+def _remedy(words: OperandNames, index: int, label: str) -> str:
+    return (
+        f"insert reshard({words.value(index)}, Broadcast) to replicate {words.operand(index)} "
+        f"along {label} first"
+    )
 
 
 def _error(rule: str, what: str, remedy: str | None = None) -> VerifyError:
@@ -47,14 +53,16 @@ def _has_real_sharding(layout: object) -> bool:
     )
 
 
-def _sharded_inputs(input_types: tuple) -> Iterator[tuple[int, TensorType, ShardLayout]]:
+def _sharded_inputs(
+    input_types: tuple, words: OperandNames
+) -> Iterator[tuple[int, TensorType, ShardLayout]]:
     for index, type_ in enumerate(input_types):
         if isinstance(type_, TupleType):
             if any(_has_real_sharding(f.layout) for f in _tensor_leaves(type_)):
                 raise _error(
                     "input shapes",
-                    f"input {index} is a tuple carrying sharding; the shared rule propagates "
-                    "tensor boundaries only",
+                    f"{words.operand(index)} is a tuple carrying sharding; the shared rule "
+                    "propagates tensor boundaries only",
                     "the op's typeinfer must handle tuple operands itself",
                 )
         elif isinstance(type_, TensorType) and _has_real_sharding(type_.layout):
@@ -84,14 +92,16 @@ class _State:
     partial_of_axis: dict[int, tuple[str, int]] = field(default_factory=dict)
 
 
-def _collect_input(state: _State, index: int, type_: TensorType, sl: ShardLayout, relation):
+def _collect_input(
+    state: _State, index: int, type_: TensorType, sl: ShardLayout, words: OperandNames
+):
     mesh = sl.mesh
-    access = relation.inputs[index].pattern
+    access = words.relations.inputs[index].pattern
+    operand = words.operand(index)
     if access.rank != len(type_.shape):
         raise _error(
             "rule 1",
-            f"input {index} has rank {len(type_.shape)} but its access map indexes "
-            f"{access.rank} axes",
+            f"{operand} has rank {len(type_.shape)} but its access map indexes {access.rank} axes",
         )
     per_dim: dict[int, list[tuple[int, int]]] = {}
     factors_of_dim: dict[int, tuple] = {}
@@ -101,38 +111,37 @@ def _collect_input(state: _State, index: int, type_: TensorType, sl: ShardLayout
         if isinstance(attr, Dynamic):
             raise _error(
                 "rule 1",
-                f"input {index} is Dynamic on {label}; an unresolved distribution cannot be "
-                "propagated",
+                f"{operand} is Dynamic on {label}; an unresolved distribution cannot be propagated",
                 "resolve it with reshard(x, Split or Broadcast) first",
             )
         if isinstance(attr, Partial):
-            _bind_partial(state, index, mesh_axis, attr.reduction, label)
+            _bind_partial(state, index, mesh_axis, attr.reduction, label, words)
         if not isinstance(attr, Split):
             continue
-        logical_axis, group = logical_axis_of(type_.shape, layout_shape, attr.axis, index, label)
+        logical_axis, group = logical_axis_of(type_.shape, layout_shape, attr.axis, operand, label)
         axis_access = access.axes[logical_axis]
         if not isinstance(axis_access, Projection):
             raise _error(
                 "rule 1, projection constraint",
-                f"input {index} is Split on {label} along logical axis {logical_axis}, which the "
+                f"{operand} is Split on {label} along logical axis {logical_axis}, which the "
                 f"op reads as {axis_access}; only a zero-offset, unit-coefficient access of one "
                 "domain dim can carry a Split (constant, translated, scaled and floor/mod "
                 "accesses fail closed)",
-                _REMEDY,
+                _remedy(words, index, label),
             )
         dim = axis_access.dim
         per_dim.setdefault(dim, []).append((group.index(attr.axis), mesh_axis))
         factors_of_dim[dim] = tuple(layout_shape[p] for p in group)
-        _bind_split_axis(state, index, mesh_axis, dim, label)
+        _bind_split_axis(state, index, mesh_axis, dim, label, words)
     for dim, pairs in per_dim.items():
         binding = _DimBinding(factors_of_dim[dim], frozenset(pairs), index)
         seen = state.dims.setdefault(dim, binding)
         if seen.splits != binding.splits or seen.factors != binding.factors:
             raise _error(
                 "rule 6",
-                f"inputs {seen.input_index} and {index} shard domain dim {dim} incompatibly "
-                f"({_describe(seen, mesh)} vs {_describe(binding, mesh)})",
-                f"insert reshard on input {index} so both split that dim the same way",
+                f"{words.operands(seen.input_index, index)} shard {words.dim(dim)} "
+                f"incompatibly ({_describe(seen, mesh)} vs {_describe(binding, mesh)})",
+                f"insert reshard on {words.operand(index)} so both split that dim the same way",
             )
 
 
@@ -144,43 +153,59 @@ def _describe(binding: _DimBinding, mesh) -> str:
     return parts
 
 
-def _bind_split_axis(state: _State, index: int, mesh_axis: int, dim: int, label: str) -> None:
+def _bind_split_axis(
+    state: _State, index: int, mesh_axis: int, dim: int, label: str, words: OperandNames
+) -> None:
     if mesh_axis in state.partial_of_axis:
         other = state.partial_of_axis[mesh_axis][1]
         raise _error(
             "rule 4/6",
-            f"{label} is Partial on input {other} and Split on input {index}",
-            f"insert reshard(x, Broadcast) on input {other} to complete the Partial first",
+            f"{label} is Partial on {words.operand(other)} and Split on {words.operand(index)}",
+            _completion(words, other, "the Partial"),
         )
     bound = state.split_dim_of_axis.setdefault(mesh_axis, (dim, index))
     if bound[0] != dim:
         raise _error(
             "rule 6",
-            f"{label} splits domain dim {bound[0]} on input {bound[1]} but domain dim {dim} on "
-            f"input {index}; one mesh axis cannot partition two dims",
-            _REMEDY,
+            f"{label} splits {words.dim(bound[0])} on {words.operand(bound[1])} but "
+            f"{words.dim(dim)} on {words.operand(index)}; one mesh axis cannot partition two "
+            "dims",
+            _remedy(words, index, label),
         )
 
 
-def _bind_partial(state: _State, index: int, mesh_axis: int, reduction: str, label: str) -> None:
+def _completion(words: OperandNames, index: int, what: str) -> str:
+    return (
+        f"insert reshard({words.value(index)}, Broadcast) on {words.operand(index)} to "
+        f"complete {what} first"
+    )
+
+
+def _bind_partial(
+    state: _State, index: int, mesh_axis: int, reduction: str, label: str, words: OperandNames
+) -> None:
     if mesh_axis in state.split_dim_of_axis:
         other = state.split_dim_of_axis[mesh_axis][1]
         raise _error(
             "rule 4/6",
-            f"{label} is Split on input {other} and Partial({reduction}) on input {index}",
-            f"insert reshard(x, Broadcast) on input {index} to complete the Partial first",
+            f"{label} is Split on {words.operand(other)} and Partial({reduction}) on "
+            f"{words.operand(index)}",
+            _completion(words, index, "the Partial"),
         )
     seen = state.partial_of_axis.setdefault(mesh_axis, (reduction, index))
     if seen[0] != reduction:
         raise _error(
             "rule 4",
-            f"{label} is Partial({seen[0]}) on input {seen[1]} but Partial({reduction}) on "
-            f"input {index}; two different pending reductions cannot combine",
-            f"insert reshard(x, Broadcast) on input {index} to complete its Partial first",
+            f"{label} is Partial({seen[0]}) on {words.operand(seen[1])} but "
+            f"Partial({reduction}) on {words.operand(index)}; two different pending reductions "
+            "cannot combine",
+            _completion(words, index, "its Partial"),
         )
 
 
-def _output_axis_of(dim: int, out_axes: tuple, label: str) -> int | None:
+def _output_axis_of(
+    dim: int, out_axes: tuple, label: str, words: OperandNames, index: int
+) -> int | None:
     """Output axis that carries `dim` as a projection; None when the output does not read it."""
     readers = [j for j, a in enumerate(out_axes) if dim in a.dims]
     if not readers:
@@ -190,9 +215,9 @@ def _output_axis_of(dim: int, out_axes: tuple, label: str) -> int | None:
     forms = ", ".join(f"axis {j} as {out_axes[j]}" for j in readers)
     raise _error(
         "rule 2, projection constraint",
-        f"domain dim {dim}, split on {label}, reaches the output only through {forms}; a "
+        f"{words.dim(dim)}, split on {label}, reaches the output only through {forms}; a "
         "surviving dim must reach exactly one output axis as a plain projection",
-        _REMEDY,
+        _remedy(words, index, label),
     )
 
 
@@ -205,11 +230,13 @@ def derive_output_shard_layout(
     complete_reduction_dims: frozenset[int] = frozenset(),
     fresh_strides: bool = False,
     output_index: int = 0,
+    operand_names: tuple[str, ...] | None = None,
 ) -> ShardLayout | None:
     """The output ShardLayout of boundary `relation.outputs[output_index]`, or None (replicated).
 
     Reads only the input types, the forward maps, the requested output shape and the explicit
-    controls — never relation bounds or an already-derived output type.
+    controls — never relation bounds or an already-derived output type. `operand_names` (one per
+    input, the op's ParamDef names) word the refusals; without them they say input positions.
     """
     partial_dims, complete_dims = (
         frozenset(partial_reduction_dims),
@@ -240,7 +267,8 @@ def derive_output_shard_layout(
             "rule 3",
             f"domain dims {sorted(stray)} are declared reduced but the output map reads them",
         )
-    sharded = list(_sharded_inputs(tuple(input_types)))
+    words = OperandNames(operand_names, relation)
+    sharded = list(_sharded_inputs(tuple(input_types), words))
     if not sharded:
         return None
     mesh = sharded[0][2].mesh
@@ -249,11 +277,12 @@ def derive_output_shard_layout(
         if sl.mesh != mesh:
             raise _error(
                 "mesh",
-                f"input {index} is sharded on {sl.mesh!r} but input {sharded[0][0]} on "
-                f"{mesh!r}; inputs with real sharding must share one mesh",
-                f"insert reshard on input {index} onto the common mesh",
+                f"{words.operand(index)} is sharded on {sl.mesh!r} but "
+                f"{words.operand(sharded[0][0])} on {mesh!r}; inputs with real sharding must "
+                "share one mesh",
+                f"insert reshard on {words.operand(index)} onto the common mesh",
             )
-        _collect_input(state, index, type_, sl, relation)
+        _collect_input(state, index, type_, sl, words)
 
     attrs: list = [Broadcast() for _ in range(mesh.rank)]
     for mesh_axis, (reduction, _) in state.partial_of_axis.items():
@@ -261,7 +290,7 @@ def derive_output_shard_layout(
     splits_of_output_axis: dict[int, _DimBinding] = {}
     for dim, binding in sorted(state.dims.items()):
         label = ", ".join(mesh.axes[a].label for _, a in sorted(binding.splits))
-        out_axis = _output_axis_of(dim, out_axes, label)
+        out_axis = _output_axis_of(dim, out_axes, label, words, binding.input_index)
         if out_axis is not None:
             splits_of_output_axis[out_axis] = binding
         elif dim in partial_dims:
@@ -270,10 +299,10 @@ def derive_output_shard_layout(
         elif dim not in complete_dims:
             raise _error(
                 "rule 3 (DESIGN §4.5)",
-                f"input {binding.input_index} is Split on {label} along domain dim {dim}, which "
-                "the op reduces, but the op declared no reduction effect for it (partial or "
-                "complete); there is no silent default",
-                _REMEDY,
+                f"{words.operand(binding.input_index)} is Split on {label} along "
+                f"{words.dim(dim)}, which the op reduces, but the op declared no reduction "
+                "effect for it (partial or complete); there is no silent default",
+                _remedy(words, binding.input_index, label),
             )
     shape: list = []
     for out_axis, extent in enumerate(output_shape):

@@ -58,17 +58,18 @@ def logical_groups(logical_shape: tuple, layout_shape: tuple) -> list[tuple[int,
 
 
 def logical_axis_of(
-    logical_shape: tuple, layout_shape: tuple, position: int, index: int, label: str
+    logical_shape: tuple, layout_shape: tuple, position: int, operand: str, label: str
 ) -> tuple[int, tuple[int, ...]]:
-    """The logical axis whose factors include layout `position`, with all of its positions."""
+    """The logical axis whose factors include layout `position`, with all of its positions;
+    `operand` names the value in a refusal ("operand 'x'")."""
     for axis, group in enumerate(logical_groups(tuple(logical_shape), tuple(layout_shape))):
         if group is not None and position in group:
             return axis, group
     raise VerifyError(
-        f"shard propagation (semantic-analysis §3.1 canonical regroup, §3.2 rule 1): input "
-        f"{index} is Split on {label} at layout position {position} of {tuple(layout_shape)}, "
+        f"shard propagation (semantic-analysis §3.1 canonical regroup, §3.2 rule 1): {operand} "
+        f"is Split on {label} at layout position {position} of {tuple(layout_shape)}, "
         f"which does not factor a single axis of the logical shape {tuple(logical_shape)}; "
-        "insert reshard(x, Broadcast) on that input or reshard it to a canonical layout first"
+        f"insert reshard(x, Broadcast) on {operand} or reshard it to a canonical layout first"
     )
 
 

@@ -34,6 +34,7 @@ from tilefoundry.ir.types import DType, StorageKind, TensorType, Type, f32, norm
 from tilefoundry.ir.types.shard import Mesh, ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten
 from tilefoundry.rules import ACCESS_RELATION
+from tilefoundry.sharding.operand_names import schema_names
 from tilefoundry.sharding.shard_propagate import derive_output_shard_layout
 from tilefoundry.sharding.shard_reading import pending_partials
 from tilefoundry.sharding.shard_regroup import logical_groups
@@ -118,10 +119,14 @@ def propagate(
     out_shape: Sequence[Any],
     *,
     relations: AccessRelations | None = None,
+    operands: Sequence[str] | None = None,
     **controls: Any,
 ) -> ShardLayout | None:
     """The output ShardLayout from the shared engine (semantic-analysis §3.2), errors prefixed
-    with the op's name so the user sees which op refused."""
+    with the op's name so the user sees which op refused, and naming each operand by `operands`
+    (default: the op's ParamDef inputs, when `arg_types` are those)."""
+    names = tuple(operands) if operands is not None else schema_names(op, len(arg_types))
+    controls["operand_names"] = names
     try:
         if relations is None:
             return _propagate_memo(op, tuple(arg_types), tuple(out_shape), _freeze(controls))

@@ -176,7 +176,8 @@ def _branch(op: RoPE, name: str, value: TensorType, secondary) -> TensorType:
     view = whole_axis_relations(
         value.rank - 1, [reads, cache, cache, (seq,)], [reads], exists=False
     )
-    propagate(op, branch, value.shape, relations=view)
+    names = (name, "cos_cache", "sin_cache", "pos_ids")
+    propagate(op, branch, value.shape, relations=view, operands=names)
     return TensorType(value.shape, value.dtype, value.layout, result_storage(op, branch))
 
 

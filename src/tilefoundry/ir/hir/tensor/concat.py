@@ -138,7 +138,9 @@ def _refuse_joined_splits(op: Op, fields: tuple[TensorType, ...], axis: int) -> 
                 continue
             label = mesh_axis_label(sl.mesh, mesh_axis)
             try:
-                logical, _ = logical_axis_of(field.shape, layout_shape, attr.axis, i, label)
+                logical, _ = logical_axis_of(
+                    field.shape, layout_shape, attr.axis, f"operand 'values[{i}]'", label
+                )
             except VerifyError as err:
                 raise VerifyError(f"{op_name(op)}: {err.message}") from None
             if logical == axis:
@@ -168,7 +170,8 @@ def _per_operand_relations(out_rank: int, n: int, new_axis: int | None) -> Acces
 def _joined_type(op: Op, fields, out_shape: tuple, new_axis: int | None) -> TensorType:
     _check_partials(op, fields)
     relations = _per_operand_relations(len(out_shape), len(fields), new_axis)
-    layout = propagate(op, fields, out_shape, relations=relations)
+    names = [f"values[{i}]" for i in range(len(fields))]
+    layout = propagate(op, fields, out_shape, relations=relations, operands=names)
     return TensorType(out_shape, fields[0].dtype, layout, result_storage(op, fields))
 
 

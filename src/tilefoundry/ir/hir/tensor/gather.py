@@ -156,7 +156,9 @@ def _output_layout(op: Gather, x: TensorType, out_shape: tuple, axis: int, n_ind
             )
         if isinstance(attr, Split):
             try:
-                splits[mesh_axis] = logical_axis_of(x.shape, layout_shape, attr.axis, 0, label)
+                splits[mesh_axis] = logical_axis_of(
+                    x.shape, layout_shape, attr.axis, "operand 'x'", label
+                )
             except VerifyError as err:
                 raise VerifyError(f"Gather: {err.message}") from None
     gathered = [a for a, (logical, _) in splits.items() if logical == axis]

@@ -161,7 +161,7 @@ def _refuse_windowed_splits(x: TensorType, wins: tuple[_Window, ...], dropped) -
             continue
         label = mesh_axis_label(sl.mesh, mesh_axis)
         try:
-            axis, _ = logical_axis_of(x.shape, layout_shape, attr.axis, 0, label)
+            axis, _ = logical_axis_of(x.shape, layout_shape, attr.axis, "operand 'x'", label)
         except VerifyError as err:
             raise VerifyError(f"Slice: {err.message}") from None
         if not wins[axis].whole or axis in dropped:
