@@ -1,12 +1,15 @@
-"""Shared test machinery: the one `--update-golden` switch for every golden-text test, and a
-fixture that starts a test from empty process-wide caches."""
+"""Shared test machinery: the one `--update-golden` switch for every golden-text test, the one
+8-device worker process, and a fixture that starts a test from empty process-wide caches."""
 
 from __future__ import annotations
 
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from support import device_worker
 from tilefoundry.caches import clear_all
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
@@ -36,6 +39,23 @@ def golden(request):
         assert text == path.read_text(), f"output differs from golden {path}"
 
     return check
+
+
+@pytest.fixture(scope="session")
+def devices8():
+    """One worker process with 8 XLA CPU devices for every multi-device run of the session
+    (`support/device_worker.py` says why it is a process). It is started once, on first use,
+    and reused; only names and numpy arrays cross the boundary. Emission, parsing and the
+    reference evaluator run in this process (they never initialise a backend)."""
+    pool = ProcessPoolExecutor(
+        max_workers=1,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=device_worker.start,
+    )
+    try:
+        yield pool
+    finally:
+        pool.shutdown(cancel_futures=True)
 
 
 @pytest.fixture

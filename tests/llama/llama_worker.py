@@ -1,5 +1,6 @@
-"""What runs inside the 8-device worker (see conftest.py): one variant of examples/llama.py on
-8 XLA devices, the program as written or after the pass pipeline (fusion regions and all)."""
+"""What runs inside the 8-device worker (`devices8`, tests/conftest.py): one variant of
+examples/llama.py on 8 XLA devices, the program as written or after the pass pipeline (fusion
+regions and all)."""
 
 from __future__ import annotations
 

@@ -123,14 +123,14 @@ def on_devices(pool, name: str, compiled: bool):
 
 
 @pytest.mark.parametrize("name", cases.VARIANTS)
-def test_runs_on_8_xla_devices_equal_to_numpy(name, llama_devices):
-    arrays, got = on_devices(llama_devices, name, compiled=False)
+def test_runs_on_8_xla_devices_equal_to_numpy(name, devices8):
+    arrays, got = on_devices(devices8, name, compiled=False)
     cases.assert_matches(got, cases.expected(name, arrays), f"{name} on 8 XLA devices")
 
 
 @pytest.mark.parametrize("name", cases.VARIANTS)
-def test_fused_program_runs_on_8_xla_devices_equal_to_numpy(name, llama_devices):
-    arrays, got = on_devices(llama_devices, name, compiled=True)
+def test_fused_program_runs_on_8_xla_devices_equal_to_numpy(name, devices8):
+    arrays, got = on_devices(devices8, name, compiled=True)
     cases.assert_matches(got, cases.expected(name, arrays), f"{name} fused on 8 XLA devices")
 
 

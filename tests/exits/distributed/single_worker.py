@@ -1,4 +1,4 @@
-"""The single-process 8-device baseline, in a fresh interpreter (see exits/spmd/conftest.py for
+"""The single-process 8-device baseline, in a fresh interpreter (see support/device_worker.py for
 why XLA's device count needs one): run a program file with run_xla(devices=8)."""
 
 

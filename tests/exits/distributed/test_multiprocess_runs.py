@@ -12,11 +12,9 @@ reference evaluator.
 
 import argparse
 import json
-import multiprocessing
 import os
 import re
 import shutil
-from concurrent.futures import ProcessPoolExecutor
 from importlib.util import find_spec
 
 import numpy as np
@@ -24,7 +22,6 @@ import pytest
 
 from exits.distributed import single_worker
 from exits.distributed.programs import CASES, RUNS
-from exits.spmd import spmd_worker
 from tilefoundry.cli import main
 from tilefoundry.cli.run_processes import run_on_processes
 from tilefoundry.evaluator import evaluate
@@ -43,22 +40,14 @@ COLLECTIVE = re.compile(
 
 
 @pytest.fixture(scope="module")
-def baseline():
-    """case name -> the single-process 8-device results (one fresh interpreter for all)."""
-    pool = ProcessPoolExecutor(
-        max_workers=1,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=spmd_worker.start,
-    )
-    try:
-        yield {
-            case.name: pool.submit(
-                single_worker.run_file, case.path, case.func, case.inputs(), 8
-            ).result(timeout=TIMEOUT_S)
-            for case in CASES
-        }
-    finally:
-        pool.shutdown(cancel_futures=True)
+def baseline(devices8):
+    """case name -> the single-process 8-device results (the session's 8-device worker)."""
+    return {
+        case.name: devices8.submit(
+            single_worker.run_file, case.path, case.func, case.inputs(), 8
+        ).result(timeout=TIMEOUT_S)
+        for case in CASES
+    }
 
 
 def flat(value) -> list[np.ndarray]:

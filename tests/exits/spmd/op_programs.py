@@ -4,8 +4,8 @@
 split and merge, RoPE, Gather over a split vocabulary, CacheUpdate, InsertSlice, Concat, Stack,
 ShapeOf, Rank), each with an independent float64 numpy oracle and the collectives it must emit.
 
-`run(name, arrays)` runs one by name inside the 8-device worker (conftest.py), so only names and
-arrays cross the process boundary.
+`run(name, arrays)` runs one by name inside the 8-device worker (tests/conftest.py), so only
+names and arrays cross the process boundary.
 """
 
 from collections.abc import Callable

@@ -1,4 +1,4 @@
-"""The SPMD exit against the mesh simulation, op by op (run inside the worker of conftest.py).
+"""The SPMD exit against the mesh simulation, op by op (run inside the worker of tests/conftest.py).
 
 Built like the sharding-rule validator (`evaluator/validate.py`): every op sample its module
 registers (VALIDATION_SAMPLES), on the validator's meshes (4 devices in a row, and 2x2), in

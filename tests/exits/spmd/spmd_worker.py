@@ -1,18 +1,8 @@
-"""What runs inside the 8-device worker process (see conftest.py for why it is a process).
+"""What runs inside the 8-device worker process (`devices8`, tests/conftest.py).
 
-`start` is the pool initializer: it asks XLA's CPU backend for 8 devices before this fresh
-interpreter imports jax. `run_program` runs one program of `sharded_programs` by name, so only
-names and numpy arrays cross the process boundary.
+`run_program` runs one program of `sharded_programs` by name, so only names and numpy arrays
+cross the process boundary.
 """
-
-import os
-
-DEVICE_COUNT = 8
-
-
-def start() -> None:
-    flag = f"--xla_force_host_platform_device_count={DEVICE_COUNT}"
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
 
 
 def run_program(name: str, arrays: tuple, devices: int, compiled: bool = False):

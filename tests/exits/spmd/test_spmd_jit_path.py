@@ -6,7 +6,7 @@ that fails loudly if the pinned jax's internals change". These tests pin what th
 keep: every result bit-identical to the module executed directly (arguments placed one by one,
 blocks gathered by the module's own geometry, as the exit did before), and the executable jit
 builds holding exactly the collectives of the directly compiled one (jit adds no resharding
-around our manually partitioned module). They run in the 8-device worker of conftest.py.
+around our manually partitioned module). They run in the 8-device worker of tests/conftest.py.
 """
 
 import numpy as np

@@ -1,6 +1,6 @@
 # ruff: noqa: F821
 """The SPMD_LOWERING rules of the ops with mesh semantics, on XLA devices (the worker of
-conftest.py), against independent float64 numpy oracles and the mesh simulation.
+tests/conftest.py), against independent float64 numpy oracles and the mesh simulation.
 
 DESIGN §4.12: "The unsharded result and the gathered sharded result must agree" and
 "Communication happens only where the IR says so: Reshard, and the reductions whose seed rule

@@ -1,4 +1,4 @@
-"""Sharded programs through the SPMD exit on 8 XLA CPU devices (in the worker of conftest.py).
+"""Sharded programs through the SPMD exit on 8 XLA CPU devices (in the worker of tests/conftest.py).
 
 Each program's gathered result matches both the reference mesh simulation of the same program
 and the reference evaluation of its unsharded twin; its module is accepted by jaxlib; the

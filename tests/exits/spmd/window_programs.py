@@ -4,7 +4,7 @@
 
 A DynamicSlice whose windowed axis is unsplit is "the kernel on the local block" (DESIGN §4.14):
 the block plan holds the windowed axis whole on every device and cuts the others, so the SPMD
-exit needs no rule of its own for it. Imported by name in the worker (see conftest.py).
+exit needs no rule of its own for it. Imported by name in the worker (see tests/conftest.py).
 """
 
 from tilefoundry import Tensor, func
