@@ -1,5 +1,7 @@
-"""Running the `tilefoundry` command the way users do: the installed console script (falling back
-to `python -m tilefoundry` only where the script is not on PATH), in a subprocess."""
+"""Running the `tilefoundry` command the way users do: the installed console script of the
+interpreter running the tests (else the one on PATH, else `python -m tilefoundry`), in a
+subprocess. The interpreter's own script comes first so that a virtual environment's run tests
+that environment's install, not whichever one PATH finds first."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ EXAMPLES = REPO / "examples"
 
 
 def command() -> list[str]:
-    script = shutil.which("tilefoundry")
+    beside = Path(sys.executable).parent / "tilefoundry"
+    script = str(beside) if beside.is_file() else shutil.which("tilefoundry")
     return [script] if script else [sys.executable, "-m", "tilefoundry"]
 
 
