@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # every test here runs a benchmark script in a subprocess
+
 pytest.importorskip("jax", reason="the benchmarks compare against jax")
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"

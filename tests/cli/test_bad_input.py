@@ -54,6 +54,7 @@ def test_missing_file_exits_1_with_the_path(cli, command):
     assert_user_error(done, "no/such/program.py:1:1: error: no/such/program.py: no such file")
 
 
+@pytest.mark.slow
 def test_syntax_error_is_located(cli, write_program):
     path = write_program("syntax.py", SYNTAX_ERROR)
     done = cli("check", path)
@@ -61,6 +62,7 @@ def test_syntax_error_is_located(cli, write_program):
     assert "invalid syntax" in done.stderr
 
 
+@pytest.mark.slow
 def test_ill_typed_sharding_is_located_with_its_fix(cli, write_program):
     path = write_program("partial.py", ILL_TYPED)
     done = cli("run", path)
@@ -69,6 +71,7 @@ def test_ill_typed_sharding_is_located_with_its_fix(cli, write_program):
     assert "return tf.relu(x @ w)" in done.stderr  # the source line, with a caret under it
 
 
+@pytest.mark.slow
 def test_shape_error_is_located(cli, write_program):
     path = write_program("shapes.py", SHAPE_ERROR)
     done = cli("show", path)
@@ -90,12 +93,14 @@ def test_dim_outside_its_range_is_refused(cli):
     assert_user_error(done, "--dim N=5000 is outside N's range [1, 1025)")
 
 
+@pytest.mark.slow
 def test_fused_view_of_a_symbolic_program_explains_why(cli):
     done = cli("show", "examples/dispatch_kernel.py", "--fused")
     assert_user_error(done, "examples/dispatch_kernel.py:")
     assert "needs static shapes" in done.stderr
 
 
+@pytest.mark.slow
 def test_an_internal_error_exits_2_with_a_short_message(cli, write_program):
     # A program that breaks `show`'s layout table stands in for a bug reached from the CLI.
     path = write_program(
@@ -111,6 +116,7 @@ def test_an_internal_error_exits_2_with_a_short_message(cli, write_program):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_a_usage_mistake_exits_1(cli):
     done = cli("run", "examples/mlp.py", "--backend", "tpu")
     assert_user_error(done, "invalid choice: 'tpu'")

@@ -23,6 +23,7 @@ def test_the_examples_are_the_documented_ten():
     ]
 
 
+@pytest.mark.slow
 def test_help_teaches_with_examples(cli):
     top = cli("--help")
     assert top.returncode == 0
@@ -65,6 +66,7 @@ def test_show_fused_prints_regions_and_the_report(cli):
     assert "1 fusion region(s)" in done.stdout
 
 
+@pytest.mark.slow
 def test_emit_text_file_and_portable_artifact(cli, tmp_path):
     text = cli("emit", "examples/mlp.py")
     assert text.returncode == 0, text.stderr
@@ -79,6 +81,7 @@ def test_emit_text_file_and_portable_artifact(cli, tmp_path):
     assert portable.read_bytes()[:4] == b"ML\xefR"  # the MLIR bytecode magic
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("extent", "variant"), [("100", "short"), ("600", "long")])
 def test_dispatch_variants_run_on_xla(cli, extent, variant):
     done = cli("run", "examples/dispatch_kernel.py", "--dim", f"N={extent}", "--backend", "xla")
@@ -86,18 +89,21 @@ def test_dispatch_variants_run_on_xla(cli, extent, variant):
     assert f"DimVars: N={extent}" in done.stdout and "agrees" in done.stdout
 
 
+@pytest.mark.slow
 def test_transformer_block_on_xla(cli):
     done = cli("run", "examples/transformer_block.py", "--backend", "xla", "--seed", "3")
     assert done.returncode == 0, done.stderr
     assert "on xla (seed 3)" in done.stdout and "agrees" in done.stdout
 
 
+@pytest.mark.slow
 def test_megatron_on_eight_xla_devices(cli):
     done = cli("run", "examples/megatron_mlp.py", "--backend", "xla", "--devices", "8")
     assert done.returncode == 0, done.stderr
     assert "xla on 8 devices" in done.stdout and "agrees" in done.stdout
 
 
+@pytest.mark.slow
 def test_run_reads_npy_inputs(cli, tmp_path):
     rng = np.random.default_rng(7)
     paths = []
@@ -112,6 +118,7 @@ def test_run_reads_npy_inputs(cli, tmp_path):
     assert f"{x.sum(axis=1).mean():.4g}" in done.stdout  # the row sums' mean, as computed
 
 
+@pytest.mark.slow
 def test_validate_passes_its_flags_through(cli):
     done = cli("validate", "--op", "Binary", "--samples", "2", "--no-progress")
     assert done.returncode == 0, done.stderr

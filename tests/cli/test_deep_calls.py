@@ -21,6 +21,8 @@ import sys
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # every test here runs the command in a subprocess
+
 DEPTH = 2000
 LIMIT = 200
 

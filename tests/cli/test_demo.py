@@ -8,6 +8,10 @@ import importlib.util
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow  # every test here runs the command in a subprocess
+
 
 def test_demo_runs_and_prints_the_seed_example():
     done = subprocess.run(

@@ -19,6 +19,8 @@ import pytest
 from cli.conftest import REPO
 from cli.conftest import command as cli_command
 
+pytestmark = pytest.mark.slow  # every test here runs the command in a subprocess
+
 HEAD = """\
 from tilefoundry import DimVar, Tensor, func
 from tilefoundry.dsl import tf

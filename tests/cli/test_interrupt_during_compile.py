@@ -22,6 +22,8 @@ import pytest
 
 from cli.conftest import command as cli_command
 
+pytestmark = pytest.mark.slow  # every test here runs the command in a subprocess
+
 OPS = 1000
 """Statements of four ops each: about 4,000 ops, which XLA takes tens of seconds to compile."""
 

@@ -100,6 +100,7 @@ def f(x: Tensor[(4,), "f32"], y: Tensor[(4,), "f32"]) -> Tensor[(4,), "f32"]:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fill", [np.nan, np.inf, -np.inf])
 def test_run_with_all_non_finite_inputs_agrees(cli, write_program, tmp_path, fill):
     path = write_program("prog.py", PROGRAM)
@@ -114,6 +115,7 @@ def test_run_with_all_non_finite_inputs_agrees(cli, write_program, tmp_path, fil
     assert done.stderr == ""  # no RuntimeWarning leaks
 
 
+@pytest.mark.slow
 def test_a_negative_tolerance_is_a_usage_error(cli, write_program):
     done = cli("run", write_program("prog.py", PROGRAM), "--rtol", "-1")
     assert done.returncode == 1

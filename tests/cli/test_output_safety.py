@@ -15,6 +15,8 @@ import pytest
 
 from cli.conftest import REPO, command
 
+pytestmark = pytest.mark.slow  # every test here runs the command in a subprocess
+
 PROGRAM = """\
 from tilefoundry import func, Tensor
 from tilefoundry.dsl import tf

@@ -3,6 +3,10 @@ issue 18), through the installed command as users run it."""
 
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # every test here runs the command in a subprocess
+
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "pallas"
 
 

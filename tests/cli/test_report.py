@@ -47,6 +47,7 @@ def megatron_page(tmp_path_factory):
     return page
 
 
+@pytest.mark.slow
 def test_report_is_self_contained(megatron_page):
     text = megatron_page.read_text()
     assert "<svg" in text

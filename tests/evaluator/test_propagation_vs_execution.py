@@ -11,6 +11,7 @@ it to its one global value), equal the unsharded result.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -91,6 +92,7 @@ def placed_calls(draw):
     return op, mesh, types, claimed
 
 
+@pytest.mark.slow
 @settings(
     max_examples=150,
     deadline=None,

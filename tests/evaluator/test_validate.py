@@ -8,6 +8,7 @@ combinations that rule gets wrong as unsound, and the CLI must exit 1 on them.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tilefoundry.analysis.access_relation import elementwise_relations
 from tilefoundry.evaluator.validate import catalog_samples, main, validate
@@ -124,6 +125,7 @@ def test_runs_are_deterministic_given_the_seed():
     assert first.tallies == second.tallies and first.missed == second.missed
 
 
+@pytest.mark.slow
 def test_the_catalog_has_no_unsound_acceptance():
     """The CI sample over the real catalog (about 16 s on one core). DESIGN §7: zero unsound
     acceptances. (It first found Unary log/log2 carrying Partial(max); fixed in unary.py.)"""

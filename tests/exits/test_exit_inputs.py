@@ -65,6 +65,7 @@ def test_run_xla_on_good_inputs_still_agrees_with_numpy():
     np.testing.assert_array_equal(run_xla(doubled_n(), x[:3]), x[:3] + x[:3])
 
 
+@pytest.mark.slow
 def test_the_executable_cache_is_bounded():
     """Issue 20: run_xla's cache held every function ever run (a program re-parsed in a loop
     grew memory without bound)."""

@@ -41,6 +41,7 @@ def test_every_variant_type_checks_and_verifies(name):
     assert result.shape == fn.params[0].type.shape  # the residual stream keeps its shape
 
 
+@pytest.mark.slow
 def test_check_command_accepts_the_example():
     done = subprocess.run(
         [*TILEFOUNDRY, "check", str(cases.EXAMPLE)],
@@ -216,6 +217,7 @@ def test_show_lists_the_sequence_parallel_reduce_scatters():
     ), completed
 
 
+@pytest.mark.slow
 def test_tilefoundry_run_on_8_xla_devices_passes_its_oracle():
     """Issue 15: `tilefoundry run examples/llama.py --backend xla --devices 8` (the last @func,
     llama_tp) agrees with the reference evaluator."""
@@ -229,6 +231,7 @@ def test_tilefoundry_run_on_8_xla_devices_passes_its_oracle():
     assert "xla on 8 devices" in done.stdout and "agrees" in done.stdout
 
 
+@pytest.mark.slow
 def test_tilefoundry_emit_prints_the_spmd_module():
     """Issue 15 §5: one emitter; a program on a device mesh gives its SPMD module."""
     done = subprocess.run(
@@ -327,6 +330,7 @@ def test_wrong_variant_is_refused_at_its_line_with_the_fix(name):
     )
 
 
+@pytest.mark.slow
 def test_check_command_points_at_the_wrong_line(tmp_path):
     path = tmp_path / "llama_wrong.py"
     path.write_text(wrong_variant("add_reads_partial"), encoding="utf-8")

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -34,6 +35,7 @@ def _assert_same(want, got) -> None:
             np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), st.integers(0, 2**16))
 def test_compile_preserves_results_and_is_idempotent(data, seed):
@@ -59,6 +61,7 @@ for seed in range(25):
 """
 
 
+@pytest.mark.slow
 def test_compile_is_deterministic_across_hash_seeds():
     tests_dir = str(Path(__file__).resolve().parents[1])
     outputs = []

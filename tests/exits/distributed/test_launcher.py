@@ -127,6 +127,7 @@ def test_losing_the_port_race_relaunches_on_a_fresh_port(tmp_path):
     assert_gone([pid for _, pids in starts for pid in pids])
 
 
+@pytest.mark.slow
 @needs_jax
 def test_jax_losing_the_coordinator_port_is_retried_on_another(tmp_path, monkeypatch):
     """Real jax: the busy port gets past the check (forced here), process 0 cannot bind it, the
@@ -154,6 +155,7 @@ def test_jax_losing_the_coordinator_port_is_retried_on_another(tmp_path, monkeyp
     assert_gone([pid for _, pids in starts for pid in pids])
 
 
+@pytest.mark.slow
 @needs_jax
 def test_killing_a_worker_mid_collective_ends_the_run_naming_it(tmp_path):
     """Real jax: both workers join; worker 0 waits in a sum over both processes' devices while

@@ -54,6 +54,7 @@ def flat(value) -> list[np.ndarray]:
     return [a for v in value for a in flat(v)] if isinstance(value, tuple) else [value]
 
 
+@pytest.mark.slow
 @needs_jax
 @pytest.mark.parametrize(("case", "split"), RUNS, ids=[f"{c.name}-{p}x{n}" for c, (p, n) in RUNS])
 def test_the_program_runs_across_processes_like_on_one(case, split, baseline, tmp_path):

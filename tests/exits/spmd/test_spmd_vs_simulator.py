@@ -35,6 +35,7 @@ def _summary(tally) -> str:
     return "\n".join(lines)
 
 
+@pytest.mark.slow
 def test_the_exit_agrees_with_the_simulator_on_every_sampled_combination(tally, capsys):
     with capsys.disabled():  # the counts are part of the result: always shown
         print("\n" + _summary(tally))

@@ -213,6 +213,7 @@ def test_composition_with_an_extent_one_negative_stride_mode():
     assert result(0) == Layout(4, 16)(Layout(1, -32)(0))
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(spread_layouts(), st.data())
 def test_composition_of_a_subtile_inside_the_domain(a, data):
@@ -234,6 +235,7 @@ def test_composition_doc_example():
 # -- complement --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(spread_layouts().filter(lambda s: s.cosize() <= 1024), st.integers(1, 600))
 def test_complement_fills_the_rest_and_agrees_with_pycute(layout, max_idx):
@@ -300,6 +302,7 @@ def is_division(result, a, b) -> bool:
     )
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(spread_layouts(), spread_layouts())
 def test_logical_divide_tiles_then_rest_and_agrees_with_pycute(a, b):
@@ -320,6 +323,7 @@ def is_product(result, a, b) -> bool:
     )
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(spread_layouts(), spread_layouts())
 def test_logical_product_repeats_a_and_agrees_with_pycute(a, b):
@@ -332,6 +336,7 @@ two_modes = st.tuples(modes, modes).filter(lambda s: pc.product(s) <= 128)
 tilers = st.tuples(spread_layouts(shape=extents), spread_layouts(shape=extents))
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(spread_layouts(shape=two_modes), tilers)
 def test_zipped_and_tiled_divide_agree_with_pycute(a, tiler):
@@ -344,6 +349,7 @@ def test_zipped_and_tiled_divide_agree_with_pycute(a, tiler):
     assert same(tiled_divide(a, tiler), pc.tiled_divide(theirs(a), tuple(theirs(t) for t in tiler)))
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(spread_layouts(shape=two_modes), tilers)
 def test_zipped_and_tiled_product_agree_with_pycute(a, tiler):
