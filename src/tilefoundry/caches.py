@@ -109,7 +109,10 @@ class _Owners:
 
 class Memo(dict):
     """A dict of pure results that empties itself when it reaches `bound` entries; read it with
-    `get` (or `in` and `[]`), fill it with `put`."""
+    `get` (or `in` and `[]`), fill it with `put`. (Slots keep `get` as fast as a plain dict's:
+    without them every look-up of the method also searches an instance `__dict__`.)"""
+
+    __slots__ = ("_owners", "bound", "name")
 
     def __init__(self, name: str, bound: int) -> None:
         super().__init__()
@@ -135,6 +138,8 @@ class Memo(dict):
 class LRU(OrderedDict):
     """At most `bound` entries, the least recently used dropped first. `hit(key)` reads an entry
     and makes it the most recent (a hot path may spell that `self[key]`, `move_to_end(key)`)."""
+
+    __slots__ = ("_owners", "bound", "name")
 
     def __init__(self, name: str, bound: int) -> None:
         super().__init__()

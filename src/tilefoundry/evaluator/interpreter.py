@@ -136,7 +136,7 @@ class Interpreter:
     def ensure_typed(fn: Function) -> None:
         """Type `fn` once per process, not once per `evaluate` call (its nodes are immutable and
         keep their stamped types)."""
-        if id(fn) not in _TYPED:
+        if _TYPED.get(id(fn)) is None:
             TypeInferContext().infer(fn)
             _TYPED.put(id(fn), True, owner=fn)
 
