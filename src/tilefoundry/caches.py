@@ -107,18 +107,29 @@ class _Owners:
         self._owner_of.clear()
 
 
-class Memo(dict):
-    """A dict of pure results that empties itself when it reaches `bound` entries; read it with
-    `get` (or `in` and `[]`), fill it with `put`. (Slots keep `get` as fast as a plain dict's:
-    without them every look-up of the method also searches an instance `__dict__`.)"""
+class _Entries:
+    """What Memo and LRU share: a name and a bound in the registry, and the owners of their
+    entries. (Slots keep a look-up of `get` or `move_to_end` as fast as on a plain dict: without
+    them every method look-up also searches an instance `__dict__`.)"""
 
-    __slots__ = ("_owners", "bound", "name")
+    __slots__ = ()
 
     def __init__(self, name: str, bound: int) -> None:
         super().__init__()
         self.name, self.bound = name, bound
         self._owners = _Owners(self)
         _register(self)
+
+    def clear(self) -> None:
+        super().clear()
+        self._owners.clear()
+
+
+class Memo(_Entries, dict):
+    """A dict of pure results that empties itself when it reaches `bound` entries; read it with
+    `get` (or `in` and `[]`), fill it with `put`."""
+
+    __slots__ = ("_owners", "bound", "name")
 
     def put(self, key: Hashable, value: Any, owner: Any = None) -> Any:
         """Store and return `value`; with `owner`, the entry goes when `owner` is collected."""
@@ -130,22 +141,12 @@ class Memo(dict):
             self._owners.own(owner, key)
         return value
 
-    def clear(self) -> None:
-        super().clear()
-        self._owners.clear()
 
-
-class LRU(OrderedDict):
+class LRU(_Entries, OrderedDict):
     """At most `bound` entries, the least recently used dropped first. `hit(key)` reads an entry
     and makes it the most recent (a hot path may spell that `self[key]`, `move_to_end(key)`)."""
 
     __slots__ = ("_owners", "bound", "name")
-
-    def __init__(self, name: str, bound: int) -> None:
-        super().__init__()
-        self.name, self.bound = name, bound
-        self._owners = _Owners(self)
-        _register(self)
 
     def hit(self, key: Hashable, default: Any = None) -> Any:
         try:
@@ -167,10 +168,6 @@ class LRU(OrderedDict):
             oldest, _ = self.popitem(last=False)
             self._owners.forget(oldest)
         return value
-
-    def clear(self) -> None:
-        super().clear()
-        self._owners.clear()
 
 
 class _Memoized:
