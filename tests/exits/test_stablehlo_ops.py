@@ -132,11 +132,24 @@ _COMPARE = (
 )
 
 
+_INTEGER_ONLY = (
+    BinaryKind.TRUNC_DIV,
+    BinaryKind.BITWISE_AND,
+    BinaryKind.BITWISE_OR,
+    BinaryKind.BITWISE_XOR,
+    BinaryKind.SHIFT_LEFT,
+    BinaryKind.SHIFT_RIGHT_ARITHMETIC,
+    BinaryKind.SHIFT_RIGHT_LOGICAL,
+)
+
+
 @pytest.mark.parametrize("dtype", NUMERIC, ids=str)
 def test_binary_kinds_with_implicit_broadcast(dtype):
-    kinds = [*_ARITHMETIC, *_COMPARE, BinaryKind.FLOOR_DIV, BinaryKind.MOD]
-    if dtype.is_float:
-        kinds.append(BinaryKind.DIV)
+    """Integer shifts see negative amounts (out of range, as unsigned) and pow negative
+    exponents and wrapping results; the float kinds see NaN-producing operands."""
+    kinds = [*_ARITHMETIC, *_COMPARE, BinaryKind.FLOOR_DIV, BinaryKind.MOD, BinaryKind.POW]
+    kinds.append(BinaryKind.REM)
+    kinds.extend((BinaryKind.DIV,) if dtype.is_float else _INTEGER_ONLY)
     fn = of([Binary(kind=k) for k in kinds], t((2, 1, 5), dtype), t((3, 1), dtype))
     lhs, rhs = data((2, 1, 5), dtype), data((3, 1), dtype, seed=1, nonzero=True)
     text = check(fn, lhs, rhs)
@@ -144,7 +157,8 @@ def test_binary_kinds_with_implicit_broadcast(dtype):
 
 
 def test_logical_binary_and_comparisons_of_bool():
-    kinds = [BinaryKind.AND, BinaryKind.OR, *_COMPARE]
+    bitwise = (BinaryKind.BITWISE_AND, BinaryKind.BITWISE_OR, BinaryKind.BITWISE_XOR)
+    kinds = [BinaryKind.AND, BinaryKind.OR, *bitwise, *_COMPARE]
     fn = of([Binary(kind=k) for k in kinds], t((6,), bool_), t((6,), bool_))
     check(fn, data((6,), bool_), data((6,), bool_, seed=1))
 
@@ -163,7 +177,18 @@ def test_float_literal_takes_the_other_operands_dtype(dtype):
     check(fn, data((4,), dtype))
 
 
-_FLOAT_UNARY = (UnaryKind.RSQRT, UnaryKind.EXP, UnaryKind.LOG, UnaryKind.EXP2, UnaryKind.LOG2)
+_FLOAT_UNARY = (
+    UnaryKind.RSQRT,
+    UnaryKind.EXP,
+    UnaryKind.LOG,
+    UnaryKind.EXP2,
+    UnaryKind.LOG2,
+    UnaryKind.SQRT,
+    UnaryKind.EXPM1,
+    UnaryKind.LOG1P,
+    UnaryKind.ERF,
+    UnaryKind.IS_FINITE,
+)
 _ANY_UNARY = (
     UnaryKind.NEG,
     UnaryKind.ABS,
@@ -171,21 +196,25 @@ _ANY_UNARY = (
     UnaryKind.SQUARE,
     UnaryKind.CEIL,
     UnaryKind.ROUND,
+    UnaryKind.SIGN,
+    UnaryKind.ROUND_HALF_AWAY,
 )
 
 
 @pytest.mark.parametrize("dtype", NUMERIC, ids=str)
 def test_unary_kinds(dtype):
-    kinds = [*_ANY_UNARY, *(_FLOAT_UNARY if dtype.is_float else ())]
+    kinds = [*_ANY_UNARY, *(_FLOAT_UNARY if dtype.is_float else (UnaryKind.BITWISE_NOT,))]
     fn = of([Unary(kind=k) for k in kinds], t((3, 5), dtype))
     x = data((3, 5), dtype)
     if dtype.is_float:
-        x.flat[:4] = np.array([0.5, 1.5, 2.5, -0.5]).astype(x.dtype)  # round: ties to even
+        # round: ties to even; round_half_away: away from zero; sign of -0.0 is -0.0
+        x.flat[:5] = np.array([0.5, 1.5, 2.5, -0.5, -0.0]).astype(x.dtype)
     check(fn, x)
 
 
 def test_logical_not():
-    check(of(Unary(kind=UnaryKind.NOT), t((5,), bool_)), data((5,), bool_))
+    kinds = (UnaryKind.NOT, UnaryKind.BITWISE_NOT)
+    check(of([Unary(kind=k) for k in kinds], t((5,), bool_)), data((5,), bool_))
 
 
 # -- nn -----------------------------------------------------------------------------------------

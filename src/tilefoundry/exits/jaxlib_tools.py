@@ -59,6 +59,23 @@ def toolchain_versions() -> tuple[str, str]:
     return stablehlo.get_current_version(), stablehlo.get_minimum_version()
 
 
+def _legalize_chlo(text: str) -> str:
+    """The module with its CHLO ops (erf) rewritten as StableHLO: VHLO has no form for them, so
+    jax.export legalizes them the same way before it serialises."""
+    if "chlo." not in text:
+        return text
+    ir, passmanager, *_, stablehlo = _import_mlir()
+    stablehlo.register_stablehlo_passes()
+    with make_context(), ir.Location.unknown():
+        try:
+            module = ir.Module.parse(text)
+            pipeline = "builtin.module(func.func(chlo-legalize-to-stablehlo))"
+            passmanager.PassManager.parse(pipeline).run(module.operation)
+        except ir.MLIRError as err:
+            raise _rejected("cannot legalize its CHLO ops", err, text) from None
+        return str(module)
+
+
 def serialize_portable(text: str, *, shardy: bool = False) -> bytes:
     """The VHLO portable artifact at the pinned target version. Converting to that version first
     through the pass pipeline turns "uses a feature newer than the target" into a diagnostic.
@@ -70,6 +87,7 @@ def serialize_portable(text: str, *, shardy: bool = False) -> bytes:
     from tilefoundry.exits.stablehlo import STABLEHLO_TARGET_VERSION
 
     ir, passmanager, *_, stablehlo = _import_mlir()
+    text = _legalize_chlo(text)
     if shardy:
         with make_context(), ir.Location.unknown():
             try:

@@ -67,6 +67,29 @@ def megatron_mlp_plain(
     return tf.gelu(x @ w1) @ w2
 
 
+# ---- the same MLP with the exact GELU, 0.5 x (1 + erf(x / sqrt 2)): CHLO's erf inside the
+# manual computation, on each device's block of columns ------------------------------------
+
+
+@func
+def exact_gelu_megatron_mlp(
+    x: Tensor[(8, 32), "f32"],
+    w1: Tensor[(32, 64 @ TP.tp), "f32"],
+    w2: Tensor[(64 @ TP.tp, 32), "f32"],
+):
+    h = x @ w1
+    partial = (0.5 * h * (1.0 + tf.erf(h * 0.7071067811865476))) @ w2
+    return tf.reshard(partial, layout=REPLICATED_TP, storage="gmem")
+
+
+@func
+def exact_gelu_megatron_mlp_plain(
+    x: Tensor[(8, 32), "f32"], w1: Tensor[(32, 64), "f32"], w2: Tensor[(64, 32), "f32"]
+):
+    h = x @ w1
+    return (0.5 * h * (1.0 + tf.erf(h * 0.7071067811865476))) @ w2
+
+
 # ---- sequence-split RMSNorm, then the sequence gathered back --------------------------------
 
 
@@ -358,6 +381,9 @@ def stacked_megatron_plain(
 PROGRAMS = {
     "dp_mlp": Program(dp_mlp, dp_mlp_plain, 8, ()),
     "megatron_mlp": Program(megatron_mlp, megatron_mlp_plain, 8, (("all_reduce", "Reshard"),)),
+    "exact_gelu_megatron_mlp": Program(
+        exact_gelu_megatron_mlp, exact_gelu_megatron_mlp_plain, 8, (("all_reduce", "Reshard"),)
+    ),
     "sequence_rms_norm": Program(
         sequence_rms_norm, sequence_rms_norm_plain, 8, (("all_to_all", "Reshard"),)
     ),

@@ -61,6 +61,21 @@ def test_portable_works_for_both_and_keeps_the_collectives():
     ]
 
 
+@pytest.mark.parametrize("variant", ["sharded", "plain"])
+def test_the_portable_artifact_carries_chlo_erf_legalized_to_stablehlo(variant):
+    """The text emits erf as CHLO (StableHLO has no erf op); VHLO has no form for CHLO, so the
+    artifact holds its StableHLO decomposition, as jax.export writes it."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    fn = getattr(PROGRAMS["exact_gelu_megatron_mlp"], variant)
+    assert "chlo.erf" in emit_stablehlo(fn)
+    artifact = emit_stablehlo(fn, portable=True)
+    assert artifact.startswith(BYTECODE_MAGIC)
+    with make_context() as ctx:
+        text = str(stablehlo.deserialize_portable_artifact(ctx, artifact))
+    assert "chlo." not in text and "stablehlo.dot_general" in text
+
+
 def test_an_exit_refusal_carries_the_source_location_of_the_op():
     refusal = r"cannot reshard a per-device \(Local\) value"
     with pytest.raises(UnsupportedError, match=refusal) as caught:

@@ -141,6 +141,19 @@ class Value:
         """`stablehlo.<name>` keeping the type (exponential, tanh, abs, not, ...)."""
         return self._new(self.lw.elementwise(name, (self.name,), self.type))
 
+    def chlo_unary(self, name: str) -> Value:
+        """`chlo.<name>` keeping the type, for math StableHLO has no op for (erf). CHLO ships
+        with StableHLO as its set of decomposable ops: XLA and IREE take it, and the portable
+        artifact is written after legalizing it (jaxlib_tools.serialize_portable), as
+        jax.export does."""
+        type_ = self.lw.type(self.type)
+        return self._new(self.lw.op(f"chlo.{name} {self.name} : {type_} -> {type_}"))
+
+    def is_finite(self) -> Value:
+        """`stablehlo.is_finite`: a bool of this value's shape."""
+        out = self._retyped(self.shape, bool_)
+        return self._new(self.lw.unary_to("is_finite", self.name, self.type, out), dtype=bool_)
+
     def compare(self, op: str, other: Value | float | int) -> Value:
         """`op` is a Python comparison ('<', '==', ...); the compare type follows the dtype."""
         rhs = self._operand(other)

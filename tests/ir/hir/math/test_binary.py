@@ -18,10 +18,14 @@ from tilefoundry.ir.types import (
     bf16,
     bool_,
     f32,
+    i8,
     i32,
     i64,
     make_shard_tensor_type,
     make_tensor_type,
+    u8,
+    u16,
+    u32,
 )
 from tilefoundry.ir.types.shard import B, Partial, Split, make_mesh
 from tilefoundry.rules import EVAL, surface_entry
@@ -86,6 +90,24 @@ DTYPES = [
     case("div-int", "div", t((4,), i32), t((4,), i32), r"Binary: div is true division.*floor_div"),
     case("floor-div-int", "floor_div", t((4,), i32), t((4,), i32), t((4,), i32)),
     case("mod-float", "mod", t((4,)), t((4,)), t((4,))),
+    case("and-int", "and", t((4,), i32), t((4,), i32), r"and needs bool.*bitwise_and combines"),
+    # issue 29 item 6: the kinds StableHLO adds. pow is arithmetic on ints and floats
+    case("pow-float", "pow", t((4,), bf16), t((4,), bf16), t((4,), bf16)),
+    case("pow-int", "pow", t((4,), i64), t((4,), i64), t((4,), i64)),
+    case("pow-bool", "pow", t((4,), bool_), t((4,), bool_), r"Binary: pow is arithmetic"),
+    # bitwise kinds are StableHLO's and/or/xor: integer bits, or a bool's one bit
+    case("bitwise-and", "bitwise_and", t((4,), u8), t((4,), u8), t((4,), u8)),
+    case("bitwise-or-bool", "bitwise_or", t((4,), bool_), t((4,), bool_), t((4,), bool_)),
+    case("bitwise-xor-f", "bitwise_xor", t((4,)), t((4,)), r"bitwise_xor needs integer or bool"),
+    # shifts and trunc_div take integers only; rem is the truncated remainder of ints and floats
+    case("shift-left", "shift_left", t((4,), i32), t((4,), i32), t((4,), i32)),
+    case("shift-f", "shift_right_logical", t((4,)), t((4,)), r"shift_right_logical shifts int"),
+    case("shift-bool", "shift_left", t((4,), bool_), t((4,), bool_), r"shift_left is arithmetic"),
+    case("trunc-div", "trunc_div", t((4,), u16), t((4,), u16), t((4,), u16)),
+    case("trunc-div-f", "trunc_div", t((4,)), t((4,)), r"trunc_div is integer division.*div"),
+    case("rem-int", "rem", t((4,), i8), t((4,), i8), t((4,), i8)),
+    case("rem-float", "rem", t((4,), f32), t((4,), f32), t((4,), f32)),
+    case("shift-mismatch", "shift_left", t((4,), i32), t((4,), u32), r"no implicit promotion"),
 ]
 
 SCALARS = [
@@ -157,6 +179,15 @@ PARTIALS_ONE_AXIS = [
     case("min-min-min", "min", sx((8,), MIN), sx((8,), MIN), r"kind .min. is not proven"),
     case("lt-max-plain", "lt", sx((8,), MAX), t((8,)), r"kind .lt. is not proven"),
     case("and-sum", "and", t((8,), bool_), sx((8,), SUM, dtype=bool_), r"'rhs'.*kind 'and' is not"),
+    # DESIGN §4.6: a kind the seed's table does not list rejects every Partial
+    *[
+        case(f"{k}-{r.reduction}", k, sx((8,), r, dtype=i32), t((8,), i32), rf"kind '{k}' is not")
+        for k in ("pow", "bitwise_and", "bitwise_xor", "shift_left", "trunc_div", "rem")
+        for r in (SUM, MAX, MIN)
+    ],
+    case(
+        "shift-sum-rhs", "shift_right_arithmetic", t((8,), i32), sx((8,), SUM, dtype=i32), r"'rhs'"
+    ),
 ]
 
 PARTIALS_TWO_AXES = [
@@ -232,8 +263,8 @@ def test_refusal_names_op_operand_axis_and_remedy():
 
 def test_kind_accepts_names_and_refuses_unknown():
     assert Binary(kind="floor_div") == Binary(kind=BinaryKind.FLOOR_DIV)
-    with rejects(r"Binary: attribute 'kind': unknown BinaryKind 'pow'"):
-        Binary(kind="pow")
+    with rejects(r"Binary: attribute 'kind': unknown BinaryKind 'power'"):
+        Binary(kind="power")
 
 
 def test_tuple_operand_is_refused():
@@ -346,6 +377,112 @@ def test_logical_kinds():
     np.testing.assert_array_equal(evaluate("or", a, b), [True, True, True, False])
 
 
+@pytest.mark.parametrize("kind", ["max", "min"])
+def test_max_and_min_order_negative_zero_below_positive_zero(kind):
+    """StableHLO maximum/minimum (IEEE maximum/minimum): -0.0 < +0.0, in either operand order;
+    numpy returns whichever operand it compared last (issue 28 item 6)."""
+    a = np.array([0.0, -0.0, -0.0, 0.0], np.float32)
+    b = np.array([-0.0, 0.0, -0.0, 0.0], np.float32)
+    out = evaluate(kind, a, b)
+    negative = [False, False, True, False] if kind == "max" else [True, True, True, False]
+    np.testing.assert_array_equal(np.signbit(out), negative)
+    wide = evaluate(kind, a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_array_equal(np.signbit(wide), negative)
+    narrow = evaluate(kind, a.astype(BF16), b.astype(BF16))  # computed in f32, rounded once
+    np.testing.assert_array_equal(np.signbit(narrow.astype(np.float32)), negative)
+
+
+def _wrapped(value: int, bits: int) -> int:
+    """A Python integer wrapped into a signed `bits`-bit two's-complement value."""
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+def test_integer_pow_is_exact_wraps_and_truncates_negative_exponents():
+    base = np.array([3, 3, -1, -1, 1, 2, -2, 0, 7], np.int64)
+    exponent = np.array([41, 39, -3, -2, -5, -1, 63, 0, 0], np.int64)
+    truth = [
+        _wrapped(int(b) ** int(e), 64) if e >= 0 else int(1 / int(b) ** -int(e))
+        for b, e in zip(base, exponent, strict=True)
+    ]
+    np.testing.assert_array_equal(evaluate("pow", base, exponent), truth)
+    u8 = evaluate("pow", np.array([3, 2, 0], np.uint8), np.array([5, 8, 0], np.uint8))
+    np.testing.assert_array_equal(u8, [243, 0, 1])  # 2**8 wraps to 0; 0**0 is 1
+
+
+def test_float_pow_is_ieee_pow():
+    base = np.array([-2.0, -0.0, -36.0, 4.0, 0.0], np.float32)
+    exponent = np.array([2.0, 2.0, 1.1, 0.5, -1.0], np.float32)
+    out = evaluate("pow", base, exponent)
+    np.testing.assert_array_equal(out, [4.0, 0.0, np.nan, 2.0, np.inf])
+
+
+SHIFT_CASES = [
+    # (kind, dtype, lhs, amounts, expected): amounts past the width, and negative ones (read as
+    # unsigned, so past the width too), give 0, or the sign fill for the arithmetic right shift
+    (
+        "shift_left",
+        np.int32,
+        [1, 1, 1, 1, -1, 3],
+        [0, 31, 32, -1, 1, 30],
+        [1, -(2**31), 0, 0, -2, -(2**30)],
+    ),
+    (
+        "shift_right_arithmetic",
+        np.int32,
+        [-8, -8, -8, 8, 8],
+        [1, 31, 32, -1, 40],
+        [-4, -1, -1, 0, 0],
+    ),
+    ("shift_right_logical", np.int32, [-8, -8, 8, -1], [28, 32, -1, 1], [15, 0, 0, 2**31 - 1]),
+    ("shift_left", np.uint8, [1, 255, 3], [7, 1, 8], [128, 254, 0]),
+    # on unsigned bits the arithmetic shift still fills with the top bit (XLA and the spec agree)
+    (
+        "shift_right_arithmetic",
+        np.uint32,
+        [2**31, 2**31, 16],
+        [1, 32, 2],
+        [3 * 2**30, 2**32 - 1, 4],
+    ),
+    ("shift_right_logical", np.int64, [-1], [1], [2**63 - 1]),
+]
+
+
+@pytest.mark.parametrize(("kind", "dtype", "lhs", "amounts", "expected"), SHIFT_CASES)
+def test_shifts(kind, dtype, lhs, amounts, expected):
+    lhs, amounts = np.array(lhs).astype(dtype), np.array(amounts).astype(dtype)
+    np.testing.assert_array_equal(evaluate(kind, lhs, amounts), np.array(expected).astype(dtype))
+
+
+def test_truncating_division_rounds_toward_zero_and_rem_follows_the_dividend():
+    a = np.array([7, -7, 7, -7, -(2**31), -(2**31)], np.int32)
+    b = np.array([2, 2, -2, -2, -1, 1], np.int32)
+    np.testing.assert_array_equal(evaluate("trunc_div", a, b), [3, -3, -3, 3, -(2**31), -(2**31)])
+    np.testing.assert_array_equal(evaluate("rem", a, b), [1, -1, 1, -1, 0, 0])
+    big = np.array([2**62 + 1, -(2**62) - 1], np.int64)  # beyond float64's integers
+    np.testing.assert_array_equal(
+        evaluate("trunc_div", big, np.array([3, 3], np.int64)),
+        [(2**62 + 1) // 3, -((2**62 + 1) // 3)],
+    )
+    fa, fb = np.array([7.5, -7.5, 7.5], np.float32), np.array([2.0, 2.0, 0.0], np.float32)
+    np.testing.assert_array_equal(evaluate("rem", fa, fb), [1.5, -1.5, np.nan])
+
+
+@pytest.mark.parametrize("kind", ["trunc_div", "rem"])
+def test_truncating_integer_division_by_zero_is_an_eval_error(kind):
+    with pytest.raises(EvalError, match=f"Binary: integer {kind} by zero"):
+        evaluate(kind, np.array([1, 2], np.int16), np.array([1, 0], np.int16))
+
+
+def test_bitwise_kinds_on_integers_and_bools():
+    a, b = np.array([12, -1, 0], np.int16), np.array([10, 5, -1], np.int16)
+    np.testing.assert_array_equal(evaluate("bitwise_and", a, b), [8, 5, 0])
+    np.testing.assert_array_equal(evaluate("bitwise_or", a, b), [14, -1, -1])
+    np.testing.assert_array_equal(evaluate("bitwise_xor", a, b), [6, -6, -1])
+    t_f = np.array([True, True, False]), np.array([True, False, False])
+    np.testing.assert_array_equal(evaluate("bitwise_xor", *t_f), [False, True, False])
+
+
 def test_integer_overflow_wraps_like_torch():
     big = np.array([2**31 - 1], np.int32)
     np.testing.assert_array_equal(evaluate("add", big, np.array([1], np.int32)), [-(2**31)])
@@ -371,7 +508,22 @@ SURFACE = {
     "cmp_ge": BinaryKind.GE,
     "logical_and": BinaryKind.AND,
     "logical_or": BinaryKind.OR,
+    "pow": BinaryKind.POW,
+    "bitwise_and": BinaryKind.BITWISE_AND,
+    "bitwise_or": BinaryKind.BITWISE_OR,
+    "bitwise_xor": BinaryKind.BITWISE_XOR,
+    "shift_left": BinaryKind.SHIFT_LEFT,
+    "shift_right_arithmetic": BinaryKind.SHIFT_RIGHT_ARITHMETIC,
+    "shift_right_logical": BinaryKind.SHIFT_RIGHT_LOGICAL,
+    "trunc_div": BinaryKind.TRUNC_DIV,
+    "rem": BinaryKind.REM,
 }
+
+
+def test_every_kind_has_one_surface_name():
+    assert sorted(SURFACE.values(), key=lambda k: k.value) == sorted(
+        BinaryKind, key=lambda k: k.value
+    )
 
 
 @pytest.mark.parametrize(("name", "kind"), SURFACE.items())

@@ -1,5 +1,8 @@
-"""HIR math ops (hir §1.3 ir/hir/math)."""
+"""HIR math ops (hir §1.3 ir/hir/math). Each op is two modules: the op and its typing rules
+(`unary`, `binary`) and its execution forms on every exit (`unary_kernels`, `binary_kernels`),
+imported here so that importing the op registers all of its rules."""
 
+from tilefoundry.ir.hir.math import binary_kernels, unary_kernels
 from tilefoundry.ir.hir.math.binary import Binary, BinaryKind
 from tilefoundry.ir.hir.math.clamp import Clamp
 from tilefoundry.ir.hir.math.unary import Unary, UnaryKind
@@ -10,4 +13,6 @@ __all__ = [
     "Clamp",
     "Unary",
     "UnaryKind",
+    "binary_kernels",
+    "unary_kernels",
 ]

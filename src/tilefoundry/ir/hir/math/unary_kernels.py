@@ -1,0 +1,188 @@
+"""Unary's execution forms, one table per exit side by side so they stay one semantics: the
+reference kernel (numpy), the StableHLO lowering and the Pallas rule of every kind.
+
+The semantics are StableHLO's: sign keeps the sign of zero, round_half_away rounds ties away from
+zero (round_nearest_afz) and round ties to even (round_nearest_even), relu(-0.0) is +0.0 as
+StableHLO's maximum orders -0 below +0, bitwise_not inverts the two's-complement bits. Narrow
+floats compute in f32 and round once, on every exit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tilefoundry.ir.hir.math.binary_kernels import maximum
+from tilefoundry.ir.hir.math.unary import IDENTITY_ON_INTEGERS, Unary, UnaryKind
+from tilefoundry.ir.hir.op_support import compute_in_f32, computes_into
+from tilefoundry.ir.lowering.values import Value
+from tilefoundry.ir.types import TensorType
+from tilefoundry.rules import (
+    register_eval,
+    register_eval_into,
+    register_pallas,
+    register_stablehlo,
+)
+
+
+def _rsqrt(x: np.ndarray) -> np.ndarray:
+    return 1 / np.sqrt(x)
+
+
+def _relu(x: np.ndarray) -> np.ndarray:
+    return maximum(x, x.dtype.type(0))
+
+
+def _sign(x: np.ndarray) -> np.ndarray:
+    """np.sign gives +0.0 for -0.0; StableHLO's sign keeps the zero as it is."""
+    signs = np.sign(x)
+    return np.where(x == 0, x, signs) if x.dtype.kind == "f" else signs
+
+
+_ERF_OBJECTS = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """libm's erf per element in f64 (numpy has no erf): the truth each exit's approximation is
+    judged against; the caller rounds it once to the result dtype."""
+    return np.asarray(_ERF_OBJECTS(x.astype(np.float64)), dtype=np.float64)
+
+
+def _round_half_away(x: np.ndarray) -> np.ndarray:
+    """x - trunc(x) is exact, so the tie test is too (adding 0.5 first would round 0.49999997
+    up to 1 in f32)."""
+    whole = np.trunc(x)
+    return np.where(np.abs(x - whole) >= 0.5, whole + np.copysign(1, x), whole)
+
+
+_KERNELS = {
+    UnaryKind.NEG: np.negative,
+    UnaryKind.ABS: np.abs,
+    UnaryKind.RSQRT: _rsqrt,
+    UnaryKind.NOT: np.logical_not,
+    UnaryKind.RELU: _relu,
+    UnaryKind.SQUARE: np.square,
+    UnaryKind.EXP: np.exp,
+    UnaryKind.LOG: np.log,
+    UnaryKind.CEIL: np.ceil,
+    UnaryKind.ROUND: np.rint,
+    UnaryKind.EXP2: np.exp2,
+    UnaryKind.LOG2: np.log2,
+    UnaryKind.SQRT: np.sqrt,
+    UnaryKind.SIGN: _sign,
+    UnaryKind.EXPM1: np.expm1,
+    UnaryKind.LOG1P: np.log1p,
+    UnaryKind.ERF: _erf,
+    UnaryKind.IS_FINITE: np.isfinite,
+    UnaryKind.ROUND_HALF_AWAY: _round_half_away,
+    UnaryKind.BITWISE_NOT: np.invert,
+}
+
+
+@register_eval(Unary)
+def _eval(op: Unary, args, out_type: TensorType) -> np.ndarray:
+    (x,) = (np.asarray(a) for a in args)
+    if op.kind in IDENTITY_ON_INTEGERS and x.dtype.kind in "iu":
+        return x.copy()  # through a float the wide integers would lose precision
+    with np.errstate(all="ignore"):
+        return compute_in_f32(_KERNELS[op.kind], out_type.dtype, x)
+
+
+_UFUNC_KINDS = frozenset(kind for kind, kernel in _KERNELS.items() if isinstance(kernel, np.ufunc))
+
+
+@register_eval_into(Unary)
+def _eval_into(op: Unary, args, out_type: TensorType, out: np.ndarray) -> np.ndarray | None:
+    """`_eval` on a float operand of out's dtype, when the kind is one ufunc: written into `out`,
+    it writes exactly what it would return."""
+    (x,) = (np.asarray(a) for a in args)
+    if op.kind not in _UFUNC_KINDS or not computes_into(out, x):
+        return None
+    with np.errstate(all="ignore"):
+        return _KERNELS[op.kind](x, out=out)
+
+
+_STABLEHLO_OPS = {
+    UnaryKind.NEG: "negate",
+    UnaryKind.RSQRT: "rsqrt",
+    UnaryKind.NOT: "not",
+    UnaryKind.EXP: "exponential",
+    UnaryKind.LOG: "log",
+    UnaryKind.CEIL: "ceil",
+    UnaryKind.ROUND: "round_nearest_even",
+    UnaryKind.SQRT: "sqrt",
+    UnaryKind.EXPM1: "exponential_minus_one",
+    UnaryKind.LOG1P: "log_plus_one",
+    UnaryKind.ROUND_HALF_AWAY: "round_nearest_afz",
+    UnaryKind.BITWISE_NOT: "not",
+}
+_LN2 = float(np.log(2.0))
+
+
+def _lower_kind(kind: UnaryKind, x: Value) -> Value:
+    if kind == UnaryKind.ABS:
+        return x if x.dtype.is_unsigned else x.unary("abs")
+    if kind == UnaryKind.RELU:
+        return x.maximum(0)
+    if kind == UnaryKind.SQUARE:
+        return x * x
+    if kind == UnaryKind.EXP2:
+        return x.full(2.0).binary("power", x)
+    if kind == UnaryKind.LOG2:
+        return x.unary("log") / _LN2
+    if kind == UnaryKind.SIGN:  # StableHLO's sign takes no unsigned operand
+        return x.binary("minimum", 1) if x.dtype.is_unsigned else x.unary("sign")
+    if kind == UnaryKind.ERF:
+        return x.chlo_unary("erf")
+    if kind == UnaryKind.IS_FINITE:
+        return x.is_finite()
+    return x.unary(_STABLEHLO_OPS[kind])
+
+
+@register_stablehlo(Unary)
+def _stablehlo(op: Unary, operands, arg_types, out_type, lw):
+    """Narrow floats in f32 and rounded once, as the kernel; ceil/round of an integer is the
+    identity (the kernel never routes integers through a float)."""
+    x = Value.of(lw, operands[0], arg_types[0])
+    if op.kind in IDENTITY_ON_INTEGERS and not x.dtype.is_float:
+        return x.name
+    return _lower_kind(op.kind, x.widened()).convert(out_type.dtype).name
+
+
+def _pallas_kernel(kind: UnaryKind, kx):
+    jnp, lax = kx.jnp, kx.lax
+    special = {
+        UnaryKind.RSQRT: lambda x: 1 / jnp.sqrt(x),
+        UnaryKind.RELU: lambda x: jnp.maximum(x, jnp.zeros((), x.dtype)),
+        UnaryKind.ROUND: jnp.rint,
+        UnaryKind.ROUND_HALF_AWAY: lambda x: lax.round(x, lax.RoundingMethod.AWAY_FROM_ZERO),
+        UnaryKind.ERF: lax.erf,
+    }
+    names = {
+        UnaryKind.NEG: "negative",
+        UnaryKind.ABS: "abs",
+        UnaryKind.NOT: "logical_not",
+        UnaryKind.SQUARE: "square",
+        UnaryKind.EXP: "exp",
+        UnaryKind.LOG: "log",
+        UnaryKind.CEIL: "ceil",
+        UnaryKind.EXP2: "exp2",
+        UnaryKind.LOG2: "log2",
+        UnaryKind.SQRT: "sqrt",
+        UnaryKind.SIGN: "sign",
+        UnaryKind.EXPM1: "expm1",
+        UnaryKind.LOG1P: "log1p",
+        UnaryKind.IS_FINITE: "isfinite",
+        UnaryKind.BITWISE_NOT: "invert",
+    }
+    return special.get(kind) or getattr(jnp, names[kind])
+
+
+@register_pallas(Unary)
+def _pallas(op: Unary, args, arg_types, out_type, kx):
+    """The reference kernel in jnp: identity on integers for ceil/round, f32 for narrow floats."""
+    (x,) = args
+    if op.kind in IDENTITY_ON_INTEGERS and kx.jnp.issubdtype(x.dtype, kx.jnp.integer):
+        return x
+    return kx.in_f32(_pallas_kernel(op.kind, kx), out_type.dtype, x)
