@@ -7,8 +7,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from support.functions import call, function_of
 from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import UnsupportedError, VerifyError
+from tilefoundry.evaluator import evaluate as evaluate_function
+from tilefoundry.evaluator.dtypes import SUPPORTED_DTYPES
 from tilefoundry.ir.hir.tensor.cast import Cast
 from tilefoundry.ir.types import (
     DimVar,
@@ -19,11 +22,13 @@ from tilefoundry.ir.types import (
     f8e8m0,
     f16,
     f32,
+    f64,
     fp8e4m3,
     i32,
     i64,
     make_shard_tensor_type,
     make_tensor_type,
+    u64,
 )
 from tilefoundry.ir.types.shard import B, Layout, Partial, Split, make_mesh
 from tilefoundry.rules import EVAL, surface_entry
@@ -159,13 +164,28 @@ def test_empty_input():
     assert evaluate(bf16, np.zeros((0, 2), np.float32)).shape == (0, 2)
 
 
-@pytest.mark.parametrize("target", [f4e2m1, "f64", "u8", "i8"])
-def test_evaluator_refuses_targets_outside_its_support_set(target):
-    # hir §1.3 Cast: the evaluator supports {f32, f16, bf16, fp8e4m3, f8e8m0, i32, i64, bool}
-    op = Cast(dtype=target)
-    out_type = t((2,), op.dtype)
-    with pytest.raises(UnsupportedError, match=rf"Cast: .*does not support dtype {op.dtype}"):
-        EVAL.lookup(Cast)(op, (np.zeros(2, np.float32),), out_type)
+def _cast_function(source: DType, target: DType):
+    return function_of({"x": t((4,), source)}, lambda x: call(Cast(dtype=target), x))
+
+
+def test_the_evaluator_refuses_a_cast_to_a_dtype_outside_its_table():
+    """DESIGN §4.9: the evaluator's one dtype table (evaluator/dtypes.py) lacks f4e2m1, the seed's
+    example of an unsupported evaluation dtype (hir §1.3 Cast); the call is refused, named."""
+    with pytest.raises(UnsupportedError, match=r"Cast: dtype f4e2m1 is not supported by the ref"):
+        evaluate_function(_cast_function(f32, f4e2m1), np.zeros(4, np.float32))
+
+
+@pytest.mark.parametrize("target", sorted(SUPPORTED_DTYPES, key=str), ids=str)
+@pytest.mark.parametrize("source", [f32, f64, i64, u64], ids=str)
+def test_the_evaluator_casts_to_every_dtype_its_table_lists(source, target):
+    """Issue 28 item 6: the table listed f64 and u64 (and i8/i16/u8/u16/u32) while Cast refused
+    them, even f64 -> f64."""
+    values = [1, 2, 4, 8]  # held exactly by every dtype (f8e8m0 holds powers of two only)
+    x = np.array(values).astype(source.to_numpy())
+    out = evaluate_function(_cast_function(source, target), x)
+    assert out.dtype == np.dtype(target.to_numpy())
+    want = [True] * 4 if target == bool_ else values
+    np.testing.assert_array_equal(out.astype(np.float64), np.array(want, np.float64))
 
 
 def test_surface_name():
