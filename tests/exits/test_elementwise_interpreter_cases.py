@@ -22,7 +22,7 @@ from exits.elementwise_interpreter_cases import ALMOST, EQ, TABLES
 from support.functions import call, function_of
 from tilefoundry.evaluator import evaluate
 from tilefoundry.ir.types import DType, bf16, f32, f64, make_tensor_type
-from tilefoundry.visitor_registry import surface_entry
+from tilefoundry.rules import surface_entry
 
 pytest.importorskip("jax", reason="the XLA side of the interpreter cases needs jax[lib]")
 
