@@ -11,6 +11,7 @@ a replicated value is the whole array.
 """
 
 import importlib.util
+import math
 import re
 from pathlib import Path
 
@@ -236,3 +237,32 @@ def test_nested_tile_loops_write_their_tiles_with_dynamic_update_slice():
     assert lower_pallas(blocked_matmul, a, b).jaxpr().count("scan[") == 2
     got = run_pallas(blocked_matmul, a, b, interpret=True)
     np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=RTOL, atol=ATOL)
+
+
+@func
+def exact_gelu_and_integer_bits(
+    x: Tensor[(16 @ CTA4.x, 4), "f32"], n: Tensor[(16 @ CTA4.x, 4), "i32"], k: Tensor[(4,), "i32"]
+):
+    gelu = 0.5 * x * (1.0 + tf.erf(x * 0.7071067811865476))
+    return gelu * tf.sign(x), tf.bitwise_xor(tf.shift_left(n, tf.rem(n, k)), tf.pow(n, k))
+
+
+def _shifted_xor_power(v: int, k: int) -> int:
+    """(v << rem(v, k)) ^ v**k on 32 bits: a negative amount reads as unsigned, past the width."""
+    v, k = int(v), int(k)
+    amount = int(math.fmod(v, k))
+    shifted = v << amount if amount >= 0 else 0
+    return ((shifted ^ v**k) + 2**31) % 2**32 - 2**31
+
+
+def test_the_new_elementwise_kinds_run_inside_one_kernel():
+    """Issue 29 item 6 at the Pallas exit: erf, sign, and the integer kinds (a shift by a
+    runtime amount, rem, pow with wrap) in one pallas_call, against numpy and Python integers."""
+    rng = np.random.default_rng(29)
+    x = _normal(rng, 16, 4)
+    n = rng.integers(-50, 50, (16, 4)).astype(np.int32)
+    k = np.array([3, 5, 7, 9], np.int32)
+    gelu, bits = run_pallas(exact_gelu_and_integer_bits, x, n, k, interpret=True)
+    erf = np.vectorize(math.erf)(x.astype(np.float64) / math.sqrt(2))
+    np.testing.assert_allclose(gelu, 0.5 * x * (1 + erf) * np.sign(x), rtol=RTOL, atol=ATOL)
+    np.testing.assert_array_equal(bits, np.vectorize(_shifted_xor_power, otypes=[np.int64])(n, k))

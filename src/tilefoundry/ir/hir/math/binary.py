@@ -264,18 +264,19 @@ register_fusion_kind(Binary, FusionKind.ELEMENTWISE)
 
 def _kind_samples(kind: BinaryKind) -> list[Sample]:
     """Values each kind is defined on (a positive divisor, a positive base, ties for
-    comparisons, shift amounts of either sign); the float arithmetic kinds also try the implicit
-    broadcasts, whose rules differ from the same-shape case."""
+    comparisons, shift amounts of either sign); the arithmetic kinds also try an implicit
+    broadcast, whose rules differ from the same-shape case."""
     op = Binary(kind=kind)
     if kind in _LOGICAL:
         bools = operand(4, 8, dtype=bool_, domain=BOOL)
         return [Sample(op, (bools, bools), kind.value)]
-    if kind in _BITWISE or kind in SHIFTS:
-        amounts = operand(4, 8, dtype=i32, domain=GRID)
-        return [Sample(op, (operand(4, 8, dtype=i32), amounts), kind.value)]
-    if kind in INTEGER_DIVISIONS:
-        divisor = operand(4, 8, dtype=i32, domain=POSITIVE)
-        return [Sample(op, (operand(4, 8, dtype=i32), divisor), kind.value)]
+    if kind in _BITWISE or kind in SHIFTS or kind in INTEGER_DIVISIONS:
+        domain = POSITIVE if kind in INTEGER_DIVISIONS else GRID
+        rhs, row = operand(4, 8, dtype=i32, domain=domain), operand(8, dtype=i32, domain=domain)
+        return [
+            Sample(op, (operand(4, 8, dtype=i32), rhs), kind.value),
+            Sample(op, (operand(4, 8, dtype=i32), row), f"{kind.value} (4,8)+(8)"),
+        ]
     if kind in _COMPARISONS:
         grid = operand(4, 8, domain=GRID)
         return [Sample(op, (grid, grid), kind.value)]

@@ -292,12 +292,14 @@ _PALLAS_LAX = {
     BinaryKind.TRUNC_DIV: "div",
     BinaryKind.REM: "rem",
 }
-"""lax, not jnp: jnp's shifts and divisions are numpy's, these are StableHLO's."""
+"""lax, not jnp: jnp's shifts and divisions are numpy's, these are StableHLO's (and, unlike jnp,
+take no implicit broadcast)."""
 
 
 def _pallas_kernel(kind: BinaryKind, kx):
     if kind in _PALLAS_LAX:
-        return getattr(kx.lax, _PALLAS_LAX[kind])
+        lax_op = getattr(kx.lax, _PALLAS_LAX[kind])
+        return lambda lhs, rhs: lax_op(*kx.jnp.broadcast_arrays(lhs, rhs))
     if kind == BinaryKind.POW:
         return lambda base, exponent: _pallas_power(kx.jnp, base, exponent)
     return getattr(kx.jnp, _PALLAS_KERNELS[kind])
