@@ -6,10 +6,11 @@ Expected verdicts are written by hand from those rules, never computed by the ju
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
-from tilefoundry.cli.judge import TOLERANCES, judge
+from tilefoundry.cli.judge import TOLERANCES, flush_subnormals, judge
 
 NAN, INF = np.nan, np.inf
 
@@ -120,3 +121,41 @@ def test_a_negative_tolerance_is_a_usage_error(cli, write_program):
     done = cli("run", write_program("prog.py", PROGRAM), "--rtol", "-1")
     assert done.returncode == 1
     assert "expected a finite number >= 0" in done.stderr
+
+
+def test_flush_subnormals_zeroes_what_xla_cpu_reads_as_zero():
+    """docs/numerics.md: f32/f64/bf16 subnormals read as zeros of their sign; an f16 one (a
+    normal f32) and integers are untouched; no subnormal anywhere gives None."""
+    x = np.array([1e-39, -1e-39, 1.0, 0.0], np.float32)
+    b = np.array([9.2e-41, -1.0], ml_dtypes.bfloat16)
+    h, n = np.array([6e-8], np.float16), np.array([1, 2])
+    flushed = flush_subnormals([x, b, h, n])
+    np.testing.assert_array_equal(flushed[0], [0.0, 0.0, 1.0, 0.0])
+    np.testing.assert_array_equal(np.signbit(flushed[0]), [False, True, False, False])
+    assert flushed[1].dtype == b.dtype and flushed[1].astype(np.float32).tolist() == [0.0, -1.0]
+    assert flushed[2] is h and flushed[3] is n
+    assert flush_subnormals([np.array([5e-324, 1.0])])[0].tolist() == [0.0, 1.0]
+    assert flush_subnormals([x[2:], h, n]) is None
+
+
+CEIL = """\
+from tilefoundry import func, Tensor
+from tilefoundry.dsl import tf
+
+@func
+def f(x: Tensor[(4,), "f32"]) -> Tensor[(4,), "f32"]:
+    return tf.ceil(x)
+"""
+
+
+def test_run_reports_the_flushed_subnormal_difference_as_such(cli, write_program, tmp_path):
+    """Issue 28 item 6: ceil(1e-39) is 1 on the oracle and 0 on XLA's CPU runtime, which reads
+    the subnormal as zero; the run says so and exits 0 instead of reporting a wrong result."""
+    pytest.importorskip("jax")
+    npy = tmp_path / "x.npy"
+    np.save(npy, np.array([1e-39, -1e-39, 2.5, 0.0], np.float32))
+    done = cli("run", write_program("ceil.py", CEIL), "--backend", "xla", "--inputs", str(npy))
+    assert done.returncode == 0, done.stderr
+    assert "DISAGREES" in done.stdout  # as written, one element differs ...
+    assert "the 1 differing element(s) are the flushed-subnormal difference" in done.stdout
+    assert "on the inputs with their subnormals flushed the oracle agrees" in done.stdout

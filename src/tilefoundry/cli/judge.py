@@ -14,12 +14,18 @@ Judged element by element, so no entry can hide an error in another:
 - Shapes must be equal.
 
 The verdict keeps the worst elements (largest excess over their allowance) for the message.
+
+XLA's CPU runtime reads subnormal f32/f64/bf16 values as zeros (docs/numerics.md). A backend that
+disagrees on inputs holding subnormals is judged once more against the oracle run on the inputs
+with those flushed (`flush_subnormals`); agreement there is that documented difference, reported
+as such, not a wrong result.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 
 TOLERANCES: dict[str, tuple[float, float]] = {
@@ -65,6 +71,27 @@ class Verdict:
             lines.append(f"{self.mismatches} element(s) differ; the worst:")
             lines.extend(f"  {m}" for m in self.worst)
         return "\n".join(lines)
+
+
+FLUSHED_BY_XLA_CPU = ("float32", "float64", "bfloat16")
+"""The dtypes whose subnormals XLA's CPU runtime reads as zero (bf16 computes in f32; an f16
+subnormal is a normal f32)."""
+
+
+def flush_subnormals(arrays: list[np.ndarray]) -> list[np.ndarray] | None:
+    """`arrays` with every subnormal of a FLUSHED_BY_XLA_CPU dtype a zero of its sign, as XLA's
+    CPU runtime reads them; None when no array holds one."""
+    arrays = [np.asarray(a) for a in arrays]
+    flushed = [_flushed(a) for a in arrays]
+    return None if all(f is a for f, a in zip(flushed, arrays, strict=True)) else flushed
+
+
+def _flushed(array: np.ndarray) -> np.ndarray:
+    if array.dtype.name not in FLUSHED_BY_XLA_CPU:
+        return array
+    smallest_normal = array.dtype.type(ml_dtypes.finfo(array.dtype).smallest_normal)
+    subnormal = (array != 0) & (np.abs(array) < smallest_normal)
+    return np.where(subnormal, array * 0, array) if subnormal.any() else array  # keeps the sign
 
 
 def tolerance(got: np.dtype, want: np.dtype) -> tuple[float, float]:
