@@ -7,6 +7,8 @@ import islpy as isl
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tilefoundry.analysis import typeinfer_call
 from tilefoundry.analysis.access_relation import AccessRelations
@@ -531,3 +533,67 @@ def test_surface_names(name, kind):
     entry = surface_entry(name)
     assert entry.op_class is Binary
     assert entry.fixed == {"kind": kind}
+
+
+# ---------------------------------------------------------------------------------------------
+# The integer kinds against Python's unbounded integers (StableHLO's definitions, wrapped)
+
+
+def _signed(value: int, bits: int) -> int:
+    value %= 1 << bits
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+def _python_kind(kind: str, a: int, b: int, bits: int, signed: bool) -> int:
+    """StableHLO's integer `kind` on Python integers, the result wrapped to `bits`."""
+    wrap = (lambda v: _signed(v, bits)) if signed else (lambda v: v % (1 << bits))
+    amount = b % (1 << bits)  # a shift amount reads as unsigned
+    if kind in ("trunc_div", "rem"):
+        quotient = abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)  # toward zero
+        return wrap(quotient if kind == "trunc_div" else a - b * quotient)
+    if kind == "shift_left":
+        return wrap(a << amount) if amount < bits else 0
+    if kind == "shift_right_logical":
+        return wrap((a % (1 << bits)) >> amount) if amount < bits else 0
+    if kind == "shift_right_arithmetic":
+        return wrap(_signed(a, bits) >> min(amount, bits - 1))
+    if kind == "pow":
+        if b < 0:
+            return 1 if a == 1 else (-1 if b % 2 else 1) if a == -1 else 0
+        return wrap(pow(a, b, 1 << bits))
+    operator = {"bitwise_and": int.__and__, "bitwise_or": int.__or__, "bitwise_xor": int.__xor__}
+    return wrap(operator[kind](a, b))
+
+
+INTEGER_KINDS = [
+    "trunc_div",
+    "rem",
+    "shift_left",
+    "shift_right_logical",
+    "shift_right_arithmetic",
+    "pow",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kind=st.sampled_from(INTEGER_KINDS),
+    dtype=st.sampled_from([np.int8, np.int32, np.int64, np.uint8, np.uint16, np.uint64]),
+    data=st.data(),
+)
+def test_integer_kinds_are_python_integers_wrapped(kind, dtype, data):
+    info = np.iinfo(dtype)
+    values = st.integers(int(info.min), int(info.max))
+    small = st.integers(max(int(info.min), -70), min(int(info.max), 70))
+    lhs = data.draw(st.lists(values, min_size=1, max_size=6))
+    rhs_values = small if kind in ("pow", "shift_left", "shift_right_logical") else values
+    rhs = data.draw(st.lists(rhs_values, min_size=len(lhs), max_size=len(lhs)))
+    if kind in ("trunc_div", "rem"):
+        rhs = [b or 1 for b in rhs]
+    bits, signed = info.bits, info.min < 0
+    want = [_python_kind(kind, a, b, bits, signed) for a, b in zip(lhs, rhs, strict=True)]
+    got = evaluate(kind, np.array(lhs, dtype), np.array(rhs, dtype))
+    np.testing.assert_array_equal(got, np.array(want, dtype))
