@@ -117,6 +117,17 @@ def test_kernel_is_numpys_clip_including_lo_above_hi_and_nan():
     assert got[-1] == 6.0  # lo > hi gives hi
 
 
+def test_kernel_orders_negative_zero_below_positive_zero():
+    """StableHLO clamp is minimum(maximum(x, lo), hi), whose maximum/minimum order -0.0 below
+    +0.0 (numpy's return whichever operand they compared last): clamp(+0, -0, 1) is +0 and
+    clamp(-0, -1, +0) is -0."""
+    x = np.array([0.0, -0.0, -0.0, 0.0], np.float32)
+    lo = np.array([-0.0, 0.0, -1.0, -1.0], np.float32)
+    hi = np.array([1.0, 1.0, 0.0, -0.0], np.float32)
+    got = EVAL.lookup(Clamp)(C, (x, lo, hi), plain((4,)))
+    np.testing.assert_array_equal(np.signbit(got), [False, False, True, True])
+
+
 def test_tf_clamp_takes_python_floats_in_the_tensors_dtype():
     x = Var("x", make_tensor_type((4,), bf16))
     call = tf.clamp(x, 0.0, 6.0)

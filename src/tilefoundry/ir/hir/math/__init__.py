@@ -1,6 +1,7 @@
-"""HIR math ops (hir §1.3 ir/hir/math). Each op is two modules: the op and its typing rules
-(`unary`, `binary`) and its execution forms on every exit (`unary_kernels`, `binary_kernels`),
-imported here so that importing the op registers all of its rules."""
+"""HIR math ops (hir §1.3 ir/hir/math). Unary and Binary, with many kinds, are two modules each:
+the op and its typing rules (`unary`, `binary`) and its execution forms on every exit
+(`unary_kernels`, `binary_kernels`), imported here so that importing the op registers all of its
+rules."""
 
 from tilefoundry.ir.hir.math import binary_kernels, unary_kernels
 from tilefoundry.ir.hir.math.binary import Binary, BinaryKind

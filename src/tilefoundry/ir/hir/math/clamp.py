@@ -18,6 +18,7 @@ import numpy as np
 from tilefoundry.analysis.access_relation import elementwise_relations
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
+from tilefoundry.ir.hir.math.binary_kernels import maximum, minimum
 from tilefoundry.ir.hir.op_support import (
     broadcast_operand_shapes,
     completion_remedy,
@@ -131,12 +132,10 @@ def _relation(op: Clamp, arg_types):
 @register_eval(Clamp)
 def _eval(op: Clamp, args, out_type: TensorType) -> np.ndarray:
     """`minimum(maximum(x, lo), hi)`, each bound rounded to the result dtype first (a float
-    literal adopts it); NaN propagates, as in StableHLO."""
+    literal adopts it); NaN propagates and -0.0 orders below +0.0, as in StableHLO."""
     target = np.dtype(out_type.dtype.to_numpy())
     x, lo, hi = (np.asarray(a).astype(target, copy=False) for a in args)
-    return compute_in_f32(
-        lambda a, b, c: np.minimum(np.maximum(a, b), c), out_type.dtype, x, lo, hi
-    )
+    return compute_in_f32(lambda a, b, c: minimum(maximum(a, b), c), out_type.dtype, x, lo, hi)
 
 
 register_surface("clamp", Clamp)
