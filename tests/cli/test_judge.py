@@ -148,6 +148,7 @@ def f(x: Tensor[(4,), "f32"]) -> Tensor[(4,), "f32"]:
 """
 
 
+@pytest.mark.slow
 def test_run_reports_the_flushed_subnormal_difference_as_such(cli, write_program, tmp_path):
     """Issue 28 item 6: ceil(1e-39) is 1 on the oracle and 0 on XLA's CPU runtime, which reads
     the subnormal as zero; the run says so and exits 0 instead of reporting a wrong result."""

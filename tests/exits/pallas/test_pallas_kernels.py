@@ -255,6 +255,7 @@ def _shifted_xor_power(v: int, k: int) -> int:
     return ((shifted ^ v**k) + 2**31) % 2**32 - 2**31
 
 
+@pytest.mark.slow
 def test_the_new_elementwise_kinds_run_inside_one_kernel():
     """Issue 29 item 6 at the Pallas exit: erf, sign, and the integer kinds (a shift by a
     runtime amount, rem, pow with wrap) in one pallas_call, against numpy and Python integers."""
