@@ -307,7 +307,7 @@ def ours(fn: Any, example: ShardedExample) -> tuple[list[dict[str, Any]] | str, 
     """Our collectives (one entry per collective) and our result on the 8 devices, or the
     refusal's text (and no result) where the SPMD exit cannot lower the program yet."""
     from tilefoundry.errors import UnsupportedError
-    from tilefoundry.exits.xla import run_xla
+    from tilefoundry.exits.runtimes.xla import run_xla
 
     try:
         return _our_collectives(fn), run_xla(fn, *example.arguments(), devices=8)

@@ -42,8 +42,8 @@ from _timing import (
     write_results,
 )
 
+from tilefoundry.exits.runtimes.xla import run_xla
 from tilefoundry.exits.stablehlo import emit_stablehlo
-from tilefoundry.exits.xla import run_xla
 from tilefoundry.ir.core import Call
 from tilefoundry.passes import compile as compile_fn
 from tilefoundry.passes.graph import post_order

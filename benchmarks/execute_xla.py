@@ -9,8 +9,8 @@ caches the executable per shapes, jax.jit per function). Our module is the fused
 
 A second pair of columns times the compiled code alone: the inputs already on the device, the
 jitted function run_xla calls (a cached `jax.jit` of a `jax.export.Exported` of our module,
-`exits.xla_jit.jax_function`) and `jax.jit`, both called on device arrays through the same C++
-dispatch, each waiting for its result to be ready. The gap between the two pairs is the per-call
+`exits.runtimes.xla_jit.jax_function`) and `jax.jit`, both called on device arrays through the same
+C++ dispatch, each waiting for its result to be ready. The gap between the two pairs is the per-call
 cost of `run_xla` itself (its cache look-up, copying arguments in, results out), the rest is the
 quality of the code XLA builds from each module.
 
@@ -50,8 +50,8 @@ from _timing import (
     write_results,
 )
 
-from tilefoundry.exits.xla import compiled_text, run_xla
-from tilefoundry.exits.xla_jit import jax_function
+from tilefoundry.exits.runtimes.xla import compiled_text, run_xla
+from tilefoundry.exits.runtimes.xla_jit import jax_function
 from tilefoundry.passes import compile as compile_fn
 
 DEVICES = 8
@@ -159,7 +159,7 @@ def eight_device_rows(args, repeats):
     from communication import parse_example
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from tilefoundry.exits.spmd.xla import spmd_function
+    from tilefoundry.exits.runtimes.xla_spmd import spmd_function
 
     devices = np.array(jax.devices("cpu")[:DEVICES])
     meshes = {"tp": Mesh(devices, ("tp",)), "2d": Mesh(devices.reshape(2, 4), ("x", "y"))}

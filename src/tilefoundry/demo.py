@@ -235,7 +235,7 @@ def _xla(out: TextIO, block, block_arrays, block_result, mlp, mlp_arrays, mlp_re
     ):
         flag = f"--xla_force_host_platform_device_count={DEMO_DEVICES}"
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
-    from tilefoundry.exits.xla import run_xla
+    from tilefoundry.exits.runtimes.xla import run_xla
 
     start = time.perf_counter()
     on_xla = run_xla(block, *block_arrays)

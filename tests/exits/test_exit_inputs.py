@@ -19,7 +19,7 @@ from tilefoundry.ir.types import DimVar, f32, make_tensor_type
 
 pytest.importorskip("jax", reason="run_xla needs jax")
 
-from tilefoundry.exits.xla import run_xla
+from tilefoundry.exits.runtimes.xla import run_xla
 
 N = DimVar("N", 1, 64)
 
@@ -69,7 +69,7 @@ def test_run_xla_on_good_inputs_still_agrees_with_numpy():
 def test_the_executable_cache_is_bounded():
     """Issue 20: run_xla's cache held every function ever run (a program re-parsed in a loop
     grew memory without bound)."""
-    from tilefoundry.exits import xla
+    from tilefoundry.exits.runtimes import xla
 
     x = np.ones(4, np.float32)
     alive = [doubled() for _ in range(xla.CACHED_EXECUTABLES + 5)]  # a dropped one frees itself

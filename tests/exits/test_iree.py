@@ -18,8 +18,8 @@ from frontend import programs
 from support.stablehlo_check import assert_matches
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.evaluator import evaluate
-from tilefoundry.exits import iree
-from tilefoundry.exits.iree import run_iree
+from tilefoundry.exits.runtimes import iree
+from tilefoundry.exits.runtimes.iree import run_iree
 from tilefoundry.frontend import Tensor, func
 
 

@@ -76,8 +76,8 @@ from tilefoundry.rules import STABLEHLO, TYPEINFER
 
 pytest.importorskip("jax", reason="the StableHLO toolchain tests need jax[lib]")
 
+from tilefoundry.exits.runtimes.xla import run_xla
 from tilefoundry.exits.stablehlo import emit_stablehlo
-from tilefoundry.exits.xla import run_xla
 
 SIGNED = (i8, i16, i32, i64)
 UNSIGNED = (u8, u16, u32, u64)

@@ -16,8 +16,8 @@ from tilefoundry.passes import compile
 
 pytest.importorskip("jax", reason="the StableHLO toolchain tests need jax[lib]")
 
+from tilefoundry.exits.runtimes.xla import run_xla
 from tilefoundry.exits.stablehlo import emit_stablehlo
-from tilefoundry.exits.xla import run_xla
 
 UNSHARDED = [
     "elementwise_chain",

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from tilefoundry.evaluator import evaluate
+from tilefoundry.exits.runtimes.xla import run_xla
 from tilefoundry.exits.stablehlo import emit_stablehlo
-from tilefoundry.exits.xla import run_xla
 from tilefoundry.ir.core import Call
 from tilefoundry.ir.hir import FusionRegion, GridRegionExpr
 from tilefoundry.ir.hir.walk import iter_nodes

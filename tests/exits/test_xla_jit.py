@@ -14,9 +14,9 @@ pytest.importorskip("jax", reason="the XLA exit needs jax[lib]")
 from jax import export
 
 from tilefoundry.errors import EvalError
+from tilefoundry.exits.runtimes.xla import run_xla
+from tilefoundry.exits.runtimes.xla_jit import exported_module, jitted
 from tilefoundry.exits.stablehlo import emit_stablehlo
-from tilefoundry.exits.xla import run_xla
-from tilefoundry.exits.xla_jit import exported_module, jitted
 from tilefoundry.frontend import parse_source
 
 SOURCE = """

@@ -78,7 +78,7 @@ def test_the_unsharded_layer_on_single_device_xla_equals_numpy(name):
     """The single-device StableHLO exit already runs the whole model (loop, gather at the loop
     variable, cache update included): what remains for issue 15 is the mesh."""
     pytest.importorskip("jax", reason="the XLA exit needs jax[lib]")
-    from tilefoundry.exits.xla import run_xla
+    from tilefoundry.exits.runtimes.xla import run_xla
 
     arrays = cases.inputs(name)
     got = run_xla(unsharded_twin(name), *arrays)

@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
             _timed("pallas: build + run", timings, lambda: run_pallas(fn, *arrays))
         )
     else:
-        from tilefoundry.exits.xla import run_xla
+        from tilefoundry.exits.runtimes.xla import run_xla
 
         prepare_host_devices(devices or 1)
         label = f"xla ({devices} devices)" if devices and devices > 1 else "xla"

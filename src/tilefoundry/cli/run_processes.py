@@ -3,9 +3,9 @@
 The parent never initialises jax: it checks the request (in milliseconds, before anything
 starts), writes the global inputs to a scratch directory, launches P workers
 (`cli.run_worker`, N/P host devices each, a coordinator on a free localhost port) under
-`exits.distributed.launch_local` (a failed or killed worker, or a timeout, ends the run with a
-message naming the worker; no worker outlives the command), and reads back the gathered results,
-which `run` then judges against the oracle exactly as for one process.
+`exits.runtimes.distributed.launch_local` (a failed or killed worker, or a timeout, ends the run
+with a message naming the worker; no worker outlives the command), and reads back the gathered
+results, which `run` then judges against the oracle exactly as for one process.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def processes_for(args: argparse.Namespace, fn: Function, devices: int | None) -
 def _check_host_devices(fn: Function, devices: int, processes: int) -> None:
     """The CPU client's per-process device limit (`placement.MAX_CPU_DEVICES_PER_PROCESS`),
     checked before jax starts: past it XLA fails only after a long start-up."""
-    from tilefoundry.exits.distributed.placement import (
+    from tilefoundry.exits.runtimes.distributed.placement import (
         MAX_CPU_DEVICES_PER_PROCESS,
         fewest_cpu_processes,
     )
@@ -86,8 +86,8 @@ def run_on_processes(
     """The gathered results of the run; `workdir` (default: a scratch directory removed
     afterwards) receives the inputs, the worker logs, the module text and each process's
     report (`cli.run_worker`)."""
-    from tilefoundry.exits.distributed import check_capacity, crossing_axes, launch_local
-    from tilefoundry.exits.distributed.placement import crosses_processes
+    from tilefoundry.exits.runtimes.distributed import check_capacity, crossing_axes, launch_local
+    from tilefoundry.exits.runtimes.distributed.placement import crosses_processes
     from tilefoundry.exits.spmd import lower_spmd
 
     module = lower_spmd(fn, bindings=bound or None)  # refuses what the SPMD exit cannot run

@@ -1,8 +1,8 @@
 """One worker of `tilefoundry run --processes P` (started by `cli.run_processes`, one per process).
 
 `python -m tilefoundry.cli.run_worker FILE WORKDIR [--func NAME] [--dim N=K ...]`: the launcher's
-environment says which process this is (`exits.distributed.config`). The worker parses the same
-file, reads the global inputs the parent wrote to WORKDIR as memory-mapped .npy files, so its
+environment says which process this is (`exits.runtimes.distributed.config`). The worker parses the
+same file, reads the global inputs the parent wrote to WORKDIR as memory-mapped .npy files, so its
 loader touches only the blocks its devices hold, runs the SPMD module twice (compile + run, then
 cached), and writes to WORKDIR: `process<p>.json` (the blocks it loaded, its timings) and, from
 process 0, the gathered results `out<i>.npy` and the module text. A refusal prints the located
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _work(args: argparse.Namespace) -> int:
     from tilefoundry.cli.program import load_program
-    from tilefoundry.exits.distributed import config_from_environment, run_distributed
+    from tilefoundry.exits.runtimes.distributed import config_from_environment, run_distributed
 
     workdir = Path(args.workdir)
     config = config_from_environment()

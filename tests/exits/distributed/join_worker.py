@@ -23,8 +23,8 @@ def main(mode: str, ready_dir: str) -> int:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(os.environ["TILEFOUNDRY_COORDINATOR_ADDRESS"], count, index)
     if mode == "collective":
-        from tilefoundry.exits.distributed import config_from_environment, initialize
-        from tilefoundry.exits.distributed.runtime import _this_process
+        from tilefoundry.exits.runtimes.distributed import config_from_environment, initialize
+        from tilefoundry.exits.runtimes.distributed.runtime import _this_process
 
         place = _this_process()
         assert (place.num_processes, place.process_id) == (count, index)

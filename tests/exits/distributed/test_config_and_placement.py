@@ -6,15 +6,15 @@ import pytest
 
 from exits.distributed.programs import CASES
 from tilefoundry.errors import UnsupportedError
-from tilefoundry.exits.distributed import (
+from tilefoundry.exits.runtimes.distributed import (
     ProcessConfig,
     check_capacity,
     config_from_environment,
     crossing_axes,
     run_distributed,
 )
-from tilefoundry.exits.distributed.config import first_host
-from tilefoundry.exits.distributed.placement import crosses_processes
+from tilefoundry.exits.runtimes.distributed.config import first_host
+from tilefoundry.exits.runtimes.distributed.placement import crosses_processes
 from tilefoundry.ir.types.shard import make_mesh
 
 

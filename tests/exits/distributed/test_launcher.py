@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tilefoundry.exits.distributed import LocalLaunch, WorkerFailed, launch_local
-from tilefoundry.exits.distributed import launch as launch_module
+from tilefoundry.exits.runtimes.distributed import LocalLaunch, WorkerFailed, launch_local
+from tilefoundry.exits.runtimes.distributed import launch as launch_module
 
 JOIN_WORKER = str(Path(__file__).with_name("join_worker.py"))
 needs_jax = pytest.mark.skipif(find_spec("jax") is None, reason="these workers run jax")
@@ -181,7 +181,7 @@ def test_killing_a_worker_mid_collective_ends_the_run_naming_it(tmp_path):
 
 LAUNCHER = """
 import signal, sys
-from tilefoundry.exits.distributed import WorkerFailed, launch_local
+from tilefoundry.exits.runtimes.distributed import WorkerFailed, launch_local
 
 signal.signal(signal.SIGTERM, lambda *_: print("launcher: its own SIGTERM handler ran", flush=True))
 sleepers = [sys.executable, "-c", "import time; time.sleep(600)"]

@@ -8,7 +8,7 @@ import pytest
 
 from exits.distributed.programs import CASES
 from tilefoundry.errors import EvalError
-from tilefoundry.exits.distributed.runtime import _checked_loader
+from tilefoundry.exits.runtimes.distributed.runtime import _checked_loader
 
 
 def reader_for(param: int, source: np.ndarray, calls: list):

@@ -45,9 +45,9 @@ def direct_run(name: str, arrays: tuple) -> list[np.ndarray]:
     import jax
     from jax.sharding import Mesh, NamedSharding
 
+    from tilefoundry.exits.runtimes.xla_spmd import _compile, partition_spec
     from tilefoundry.exits.spmd.mesh import axis_names, device_id
     from tilefoundry.exits.spmd.module import lower_spmd
-    from tilefoundry.exits.spmd.xla import _compile, partition_spec
 
     module = lower_spmd(_fn(name))
     mesh = module.mesh
@@ -71,7 +71,7 @@ def direct_run(name: str, arrays: tuple) -> list[np.ndarray]:
 
 
 def run_xla_flat(name: str, arrays: tuple) -> list[np.ndarray]:
-    from tilefoundry.exits.xla import run_xla
+    from tilefoundry.exits.runtimes.xla import run_xla
 
     got = run_xla(_fn(name), *arrays, devices=8)
     return list(got) if isinstance(got, tuple) else [got]
@@ -82,8 +82,8 @@ def collectives(name: str, arrays: tuple) -> tuple[list[str], list[str]]:
     builds for run_xla (jit must add no resharding around our manual module)."""
     import re
 
+    from tilefoundry.exits.runtimes.xla_spmd import _compile, spmd_function
     from tilefoundry.exits.spmd.module import lower_spmd
-    from tilefoundry.exits.spmd.xla import _compile, spmd_function
 
     found = re.compile(r" (all-reduce|reduce-scatter|all-gather|all-to-all|collective-permute)")
     module = lower_spmd(_fn(name))
@@ -95,8 +95,8 @@ def collectives(name: str, arrays: tuple) -> tuple[list[str], list[str]]:
 
 def exported_devices(name: str) -> tuple[int, list]:
     """`nr_devices` of the Exported run_xla builds and the jit in_shardings' specs."""
+    from tilefoundry.exits.runtimes.xla_jit import exported_module
     from tilefoundry.exits.spmd.module import lower_spmd
-    from tilefoundry.exits.xla_jit import exported_module
 
     exported = exported_module(lower_spmd(_fn(name)).text, num_devices=8)
     return exported.nr_devices, [a.shape for a in exported.in_avals]

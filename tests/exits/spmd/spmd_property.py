@@ -326,7 +326,7 @@ def _disagreement(got: tuple, want: tuple) -> str | None:
 
 def _run_alone(part, index: int, devices: int) -> tuple | str:
     """One case's results on XLA devices, or what the run failed with."""
-    from tilefoundry.exits.xla import run_xla
+    from tilefoundry.exits.runtimes.xla import run_xla
 
     fn, values, _ = program(f"alone{index}", [part])
     try:
@@ -338,8 +338,8 @@ def _run_alone(part, index: int, devices: int) -> tuple | str:
 def run(seed: int = 0) -> Tally:
     """Every chosen case: built, simulated, lowered and run on XLA devices, compared."""
     from tilefoundry.evaluator import evaluate
+    from tilefoundry.exits.runtimes.xla import run_xla
     from tilefoundry.exits.spmd import lower_spmd
-    from tilefoundry.exits.xla import run_xla
 
     tally = Tally()
     ready: dict[Mesh, list] = {}

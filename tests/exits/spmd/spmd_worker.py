@@ -8,7 +8,7 @@ cross the process boundary.
 def run_program(name: str, arrays: tuple, devices: int, compiled: bool = False):
     """`compiled` runs the program after the pass pipeline (fusion regions and all)."""
     from exits.spmd.sharded_programs import PROGRAMS, STACKED
-    from tilefoundry.exits.xla import run_xla
+    from tilefoundry.exits.runtimes.xla import run_xla
     from tilefoundry.passes import compile as compile_pipeline
 
     fn = {**PROGRAMS, **STACKED}[name].sharded
@@ -32,8 +32,8 @@ def compiled_collectives(name: str) -> list[str]:
     import re
 
     from exits.spmd.sharded_programs import PROGRAMS
+    from tilefoundry.exits.runtimes.xla_spmd import _compile
     from tilefoundry.exits.spmd import emit_spmd
-    from tilefoundry.exits.spmd.xla import _compile
 
     executable, _ = _compile(emit_spmd(PROGRAMS[name].sharded), PROGRAMS[name].devices)
     text = "\n".join(m.to_string() for m in executable.hlo_modules())

@@ -33,6 +33,6 @@ PROGRAMS = {"rows_window": rows_window, "replicated_window": replicated_window}
 
 
 def run(name: str, arrays: tuple, devices: int):
-    from tilefoundry.exits.xla import run_xla
+    from tilefoundry.exits.runtimes.xla import run_xla
 
     return run_xla(PROGRAMS[name], *arrays, devices=devices)

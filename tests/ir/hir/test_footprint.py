@@ -86,7 +86,7 @@ def test_evaluate_refuses_up_front_with_the_figure(monkeypatch):
 
 def test_run_xla_refuses_up_front_with_the_figure(monkeypatch):
     pytest.importorskip("jax")
-    from tilefoundry.exits.xla import run_xla
+    from tilefoundry.exits.runtimes.xla import run_xla
 
     monkeypatch.setenv(MEMORY_ENV, "1K")
     with pytest.raises(EvalError, match=r"run_xla: Function f needs about 2\.0 KiB"):

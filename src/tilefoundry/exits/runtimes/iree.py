@@ -22,7 +22,7 @@ import numpy as np
 
 from tilefoundry.caches import LRU
 from tilefoundry.errors import InternalCompilerError, UnsupportedError
-from tilefoundry.exits.xla import check_inputs, structure
+from tilefoundry.exits.runtimes.xla import check_inputs, structure
 from tilefoundry.ir.hir import Function
 
 IREE_TYPE_FLAGS = (

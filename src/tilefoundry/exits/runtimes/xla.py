@@ -7,7 +7,7 @@ device count, shapes, dtypes), and returns numpy results shaped like the functio
 
 Per call (issue 19: as fast as `jax.jit`): the first call of a (function, shapes, dtypes) runs
 every check (`check_inputs`, the memory estimate, the call depth) and compiles; the module is
-called through a cached `jax.jit` of a `jax.export.Exported` (`exits.xla_jit`), so numpy
+called through a cached `jax.jit` of a `jax.export.Exported` (`exits.runtimes.xla_jit`), so numpy
 arguments take jit's C++ argument path. A later call with ndarrays of the same shapes and dtypes
 is one cache look-up and that jit call: the checks it would repeat depend on nothing else, except
 `TILEFOUNDRY_MEMORY_LIMIT`, whose change re-admits the call.
@@ -154,11 +154,11 @@ def _compiled(
     type_ = fn.body.type if fn.body is not None else fn.return_type
     nested = isinstance(type_, TupleType)
     if devices is not None and devices != 1:
-        from tilefoundry.exits.spmd.xla import spmd_runner
+        from tilefoundry.exits.runtimes.xla_spmd import spmd_runner
 
         flat_run = spmd_runner(fn, devices, bindings, flat=nested)
     else:
-        from tilefoundry.exits.xla_jit import jitted
+        from tilefoundry.exits.runtimes.xla_jit import jitted
 
         text = compiled_text(fn, *arrays)
         try:

@@ -18,11 +18,15 @@ import numpy as np
 
 from tilefoundry.caches import LRU
 from tilefoundry.errors import EvalError, UnsupportedError
-from tilefoundry.exits.distributed.config import WHERE, ProcessConfig, config_from_environment
-from tilefoundry.exits.distributed.placement import check_capacity, device_grid
+from tilefoundry.exits.runtimes.distributed.config import (
+    WHERE,
+    ProcessConfig,
+    config_from_environment,
+)
+from tilefoundry.exits.runtimes.distributed.placement import check_capacity, device_grid
+from tilefoundry.exits.runtimes.xla_spmd import partition_spec
 from tilefoundry.exits.spmd.mesh import axis_names
 from tilefoundry.exits.spmd.module import SpmdModule, lower_spmd
-from tilefoundry.exits.spmd.xla import partition_spec
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.types import TensorType, resolve_dim
 
@@ -239,7 +243,7 @@ def _gather(arrays: list, fn: Function) -> Any:
     """Every process assembles every global result (a collective: all must call it)."""
     from jax.experimental import multihost_utils
 
-    from tilefoundry.exits.xla import structure
+    from tilefoundry.exits.runtimes.xla import structure
 
     flat = [np.asarray(multihost_utils.process_allgather(a, tiled=True)) for a in arrays]
     return structure(flat, fn.body.type if fn.body is not None else fn.return_type)

@@ -3,8 +3,8 @@
 Device `d` of the executable is partition `d` (device assignment `arange(N)`), which is the
 row-major mesh coordinate the module's replica groups and `partition_id` arithmetic assume
 (DESIGN §4.13). The module is called like the one-device exit, through a cached `jax.jit` of a
-`jax.export.Exported` (`exits.xla_jit`), here with `nr_devices=N` and jit in/out shardings that
-are NamedShardings on a jax mesh of the same shape, names and device order as the module's
+`jax.export.Exported` (`exits.runtimes.xla_jit`), here with `nr_devices=N` and jit in/out shardings
+that are NamedShardings on a jax mesh of the same shape, names and device order as the module's
 `sdy.mesh` (`partition_spec`, the placement the module's `sdy.sharding` attributes state). So
 jit's C++ argument path cuts each global numpy argument into its blocks and places them, with no
 per-call `jax.device_put` from Python, and each result comes back as a global jax array that
@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from tilefoundry.errors import UnsupportedError
+from tilefoundry.exits.runtimes.xla_jit import JaxFunction, jax_function, numpy_caller
 from tilefoundry.exits.spmd.mesh import EXIT, axis_names
 from tilefoundry.exits.spmd.module import SpmdModule, lower_spmd
-from tilefoundry.exits.xla_jit import JaxFunction, jax_function, numpy_caller
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.types import TensorType
 
@@ -32,7 +32,7 @@ def _check_device_count(count: int) -> None:
     and compiling a module for thousands of devices takes long only to fail inside XLA."""
     from jax.extend import backend
 
-    from tilefoundry.exits.distributed.placement import check_host_devices
+    from tilefoundry.exits.runtimes.distributed.placement import check_host_devices
 
     check_host_devices(count, 1)
     available = len(backend.get_backend("cpu").devices())
@@ -64,14 +64,14 @@ def spmd_runner(
     fn: Function, devices: int, bindings: dict[str, int], *, flat: bool = True
 ) -> Callable[..., Any]:
     """`f(*global numpy arrays) -> flat list of global numpy results` for
-    `run_xla(fn, *arrays, devices=N)` (see the module doc of `tilefoundry.exits.xla`); with
+    `run_xla(fn, *arrays, devices=N)` (see the module doc of `tilefoundry.exits.runtimes.xla`); with
     `flat=False` a single result comes back as the array itself (`xla_jit.numpy_caller`)."""
     return numpy_caller(spmd_function(fn, devices, bindings), flat=flat)
 
 
 def spmd_function(fn: Function, devices: int, bindings: dict[str, int]) -> JaxFunction:
     """The SPMD module of `fn` jitted for `devices` devices, compiled for the DimVar `bindings`
-    of arguments already checked against the signature (`exits.xla.check_inputs`: count,
+    of arguments already checked against the signature (`exits.runtimes.xla.check_inputs`: count,
     dtype, shape); the caller caches it per shapes."""
     import jax
     from jax.sharding import Mesh, NamedSharding

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tilefoundry.errors import EvalError
-from tilefoundry.exits.distributed.config import (
+from tilefoundry.exits.runtimes.distributed.config import (
     ADDRESS,
     HOST_DEVICE_FLAG,
     LOCAL_DEVICES,

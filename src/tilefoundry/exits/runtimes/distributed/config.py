@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from tilefoundry.errors import UnsupportedError
 
-WHERE = "tilefoundry.exits.distributed"
+WHERE = "tilefoundry.exits.runtimes.distributed"
 ADDRESS = "TILEFOUNDRY_COORDINATOR_ADDRESS"
 PROCESSES = "TILEFOUNDRY_NUM_PROCESSES"
 PROCESS_ID = "TILEFOUNDRY_PROCESS_ID"

@@ -9,15 +9,15 @@ the gathered value; `launch` starts and supervises P workers on one machine (the
 `--processes`, and the test recipe). See docs/distributed.md.
 """
 
-from tilefoundry.exits.distributed.config import ProcessConfig, config_from_environment
-from tilefoundry.exits.distributed.launch import (
+from tilefoundry.exits.runtimes.distributed.config import ProcessConfig, config_from_environment
+from tilefoundry.exits.runtimes.distributed.launch import (
     CoordinatorPortInUse,
     LocalLaunch,
     WorkerFailed,
     launch_local,
 )
-from tilefoundry.exits.distributed.placement import check_capacity, crossing_axes
-from tilefoundry.exits.distributed.runtime import (
+from tilefoundry.exits.runtimes.distributed.placement import check_capacity, crossing_axes
+from tilefoundry.exits.runtimes.distributed.runtime import (
     DistributedResult,
     LocalShard,
     initialize,

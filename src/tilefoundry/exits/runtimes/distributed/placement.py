@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tilefoundry.errors import UnsupportedError
-from tilefoundry.exits.distributed.config import WHERE
+from tilefoundry.exits.runtimes.distributed.config import WHERE
 from tilefoundry.exits.spmd.mesh import axis_names
 from tilefoundry.ir.types.shard import Mesh
 
