@@ -2,9 +2,9 @@
 SPMD lowering emits vs what JAX's automatic partitioner emits given the same input and output
 shardings.
 
-Our side is `tilefoundry.exits.spmd.collective_report`: the collectives the SPMD exit writes into
-the module (it partitions manually, so XLA adds none), each with its operand and result bytes
-per device.
+Our side is `tilefoundry.exits.stablehlo.spmd.collective_report`: the collectives the SPMD exit
+writes into the module (it partitions manually, so XLA adds none), each with its operand and result
+bytes per device.
 The JAX side jits the same program written in jax.numpy with NamedSharding in/out shardings and
 counts all-reduce / all-gather / all-to-all / collective-permute / reduce-scatter instructions in
 the compiled HLO, with their operand and result bytes (the HLO is per device, so these are bytes
@@ -316,7 +316,7 @@ def ours(fn: Any, example: ShardedExample) -> tuple[list[dict[str, Any]] | str, 
 
 
 def _our_collectives(fn: Any) -> list[dict[str, Any]]:
-    from tilefoundry.exits.spmd import collective_report
+    from tilefoundry.exits.stablehlo.spmd import collective_report
 
     return [
         {

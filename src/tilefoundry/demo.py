@@ -131,7 +131,7 @@ def _sharding(out: TextIO) -> None:
 
 def _collectives_in_words(fn) -> str:
     """What the SPMD exit emits for `fn`, from its own record (no jax needed to emit)."""
-    from tilefoundry.exits.spmd import collective_report
+    from tilefoundry.exits.stablehlo.spmd import collective_report
 
     entries = collective_report(fn)
     if not entries:

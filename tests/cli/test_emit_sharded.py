@@ -9,7 +9,7 @@ pytest.importorskip("jax", reason="emitting StableHLO needs jax[lib]")
 
 
 def test_emit_of_the_megatron_example_prints_the_spmd_module(cli):
-    from tilefoundry.exits.jaxlib_tools import parse_and_verify
+    from tilefoundry.exits.stablehlo.jaxlib_tools import parse_and_verify
 
     done = cli("emit", "examples/megatron_mlp.py")
     assert done.returncode == 0, done.stderr

@@ -17,13 +17,10 @@ from tilefoundry.ir.types.shard import Layout, Split, make_mesh
 
 jax = pytest.importorskip("jax", reason="the StableHLO toolchain tests need jax[lib]")
 
-from tilefoundry.exits.jaxlib_tools import parse_and_verify, serialize_portable  # noqa: E402
 from tilefoundry.exits.runtimes.xla import run_xla  # noqa: E402
-from tilefoundry.exits.stablehlo import (  # noqa: E402
-    STABLEHLO_TARGET_VERSION,
-    VERSION_ATTRIBUTE,
-    emit_stablehlo,
-)
+from tilefoundry.exits.stablehlo import STABLEHLO_TARGET_VERSION, emit_stablehlo  # noqa: E402
+from tilefoundry.exits.stablehlo.jaxlib_tools import parse_and_verify, serialize_portable  # noqa: E402
+from tilefoundry.exits.stablehlo.one_device import VERSION_ATTRIBUTE  # noqa: E402
 
 T = make_tensor_type((4,), f32)
 

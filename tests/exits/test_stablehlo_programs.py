@@ -117,8 +117,8 @@ def test_a_module_emits_every_function_public():
 def test_sharded_programs_get_the_spmd_module(name):
     """DESIGN §3: one emitter; a program on a mesh gets exactly what the SPMD exit gives it, its
     module or its refusal (a Partial parameter has no global value to pass)."""
-    from tilefoundry.exits.jaxlib_tools import parse_and_verify
-    from tilefoundry.exits.spmd import emit_spmd
+    from tilefoundry.exits.stablehlo.jaxlib_tools import parse_and_verify
+    from tilefoundry.exits.stablehlo.spmd import emit_spmd
 
     fn = getattr(programs, name)
     try:

@@ -15,8 +15,8 @@ from tilefoundry.ir.types import DimVar, f32, make_tensor_type
 
 pytest.importorskip("jax", reason="jaxlib checks the emitted text")
 
-from tilefoundry.exits.jaxlib_tools import parse_and_verify
 from tilefoundry.exits.stablehlo import emit_stablehlo
+from tilefoundry.exits.stablehlo.jaxlib_tools import parse_and_verify
 
 T = make_tensor_type((4,), f32)
 

@@ -159,7 +159,7 @@ def test_collectives_are_the_minimal_ones(name):
     """TP: 2 all-reduces per layer (one per row-parallel projection); SP: 2 all-gathers and
     2 reduce-scatters; the report and the module text agree."""
     pytest.importorskip("jax", reason="the SPMD exit needs jax[lib]")
-    from tilefoundry.exits.spmd import collective_report, emit_spmd
+    from tilefoundry.exits.stablehlo.spmd import collective_report, emit_spmd
 
     fn = cases.program(name)
     report = collective_report(fn)
@@ -183,7 +183,7 @@ def test_the_layer_loop_all_reduces_twice_per_layer(name):
     """The loop body is emitted once (a per-device `stablehlo.while`) holding the layer's two
     all-reduces, which run once per iteration."""
     pytest.importorskip("jax", reason="the SPMD exit needs jax[lib]")
-    from tilefoundry.exits.spmd import emit_spmd
+    from tilefoundry.exits.stablehlo.spmd import emit_spmd
 
     text = emit_spmd(cases.program(name))
     assert "stablehlo.while" in text

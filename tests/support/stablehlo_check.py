@@ -13,8 +13,8 @@ import ml_dtypes
 import numpy as np
 
 from tilefoundry.evaluator import evaluate
-from tilefoundry.exits.jaxlib_tools import parse_and_verify, serialize_portable
 from tilefoundry.exits.runtimes.xla import compiled_text, run_xla
+from tilefoundry.exits.stablehlo.jaxlib_tools import parse_and_verify, serialize_portable
 
 _FLOAT_RTOL = {np.dtype(np.float32): 2e-5, np.dtype(np.float64): 1e-12}
 

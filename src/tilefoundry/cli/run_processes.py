@@ -88,7 +88,7 @@ def run_on_processes(
     report (`cli.run_worker`)."""
     from tilefoundry.exits.runtimes.distributed import check_capacity, crossing_axes, launch_local
     from tilefoundry.exits.runtimes.distributed.placement import crosses_processes
-    from tilefoundry.exits.spmd import lower_spmd
+    from tilefoundry.exits.stablehlo.spmd import lower_spmd
 
     module = lower_spmd(fn, bindings=bound or None)  # refuses what the SPMD exit cannot run
     check_capacity(module.mesh, processes, devices // processes)

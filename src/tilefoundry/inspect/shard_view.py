@@ -229,7 +229,7 @@ def emitted_collectives(fn: Function) -> Emitted:
     `tp: all-reduce(sum)` for a sum over a split axis: the complete effect), read off the
     exit's own record of what it wrote; empty when the exit does not lower `fn` (no device
     mesh, DimVar shapes, or a refusal, which `emit` reports)."""
-    from tilefoundry.exits.spmd import lower_spmd, program_meshes
+    from tilefoundry.exits.stablehlo.spmd import lower_spmd, program_meshes
 
     try:
         if not program_meshes(fn):

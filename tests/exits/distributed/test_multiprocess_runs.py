@@ -26,7 +26,7 @@ from tilefoundry.cli import main
 from tilefoundry.cli.run_processes import run_on_processes
 from tilefoundry.evaluator import evaluate
 from tilefoundry.evaluator.values import axis_indices
-from tilefoundry.exits.spmd import lower_spmd
+from tilefoundry.exits.stablehlo.spmd import lower_spmd
 
 needs_jax = pytest.mark.skipif(
     find_spec("jax") is None, reason="multi-process runs need jax[lib]"

@@ -46,8 +46,8 @@ def direct_run(name: str, arrays: tuple) -> list[np.ndarray]:
     from jax.sharding import Mesh, NamedSharding
 
     from tilefoundry.exits.runtimes.xla_spmd import _compile, partition_spec
-    from tilefoundry.exits.spmd.mesh import axis_names, device_id
-    from tilefoundry.exits.spmd.module import lower_spmd
+    from tilefoundry.exits.stablehlo.spmd.mesh import axis_names, device_id
+    from tilefoundry.exits.stablehlo.spmd.module import lower_spmd
 
     module = lower_spmd(_fn(name))
     mesh = module.mesh
@@ -83,7 +83,7 @@ def collectives(name: str, arrays: tuple) -> tuple[list[str], list[str]]:
     import re
 
     from tilefoundry.exits.runtimes.xla_spmd import _compile, spmd_function
-    from tilefoundry.exits.spmd.module import lower_spmd
+    from tilefoundry.exits.stablehlo.spmd.module import lower_spmd
 
     found = re.compile(r" (all-reduce|reduce-scatter|all-gather|all-to-all|collective-permute)")
     module = lower_spmd(_fn(name))
@@ -96,7 +96,7 @@ def collectives(name: str, arrays: tuple) -> tuple[list[str], list[str]]:
 def exported_devices(name: str) -> tuple[int, list]:
     """`nr_devices` of the Exported run_xla builds and the jit in_shardings' specs."""
     from tilefoundry.exits.runtimes.xla_jit import exported_module
-    from tilefoundry.exits.spmd.module import lower_spmd
+    from tilefoundry.exits.stablehlo.spmd.module import lower_spmd
 
     exported = exported_module(lower_spmd(_fn(name)).text, num_devices=8)
     return exported.nr_devices, [a.shape for a in exported.in_avals]

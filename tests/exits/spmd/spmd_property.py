@@ -339,7 +339,7 @@ def run(seed: int = 0) -> Tally:
     """Every chosen case: built, simulated, lowered and run on XLA devices, compared."""
     from tilefoundry.evaluator import evaluate
     from tilefoundry.exits.runtimes.xla import run_xla
-    from tilefoundry.exits.spmd import lower_spmd
+    from tilefoundry.exits.stablehlo.spmd import lower_spmd
 
     tally = Tally()
     ready: dict[Mesh, list] = {}

@@ -33,7 +33,7 @@ def compiled_collectives(name: str) -> list[str]:
 
     from exits.spmd.sharded_programs import PROGRAMS
     from tilefoundry.exits.runtimes.xla_spmd import _compile
-    from tilefoundry.exits.spmd import emit_spmd
+    from tilefoundry.exits.stablehlo.spmd import emit_spmd
 
     executable, _ = _compile(emit_spmd(PROGRAMS[name].sharded), PROGRAMS[name].devices)
     text = "\n".join(m.to_string() for m in executable.hlo_modules())

@@ -11,7 +11,7 @@ import pytest
 from exits.spmd.sharded_programs import PROGRAMS, TP
 from tilefoundry import DimVar, Tensor, func
 from tilefoundry.dsl import tf
-from tilefoundry.exits.spmd import collective_report
+from tilefoundry.exits.stablehlo.spmd import collective_report
 from tilefoundry.inspect.report import build_graph
 from tilefoundry.inspect.shard_view import value_rows
 

@@ -11,13 +11,13 @@ import pytest
 from exits.spmd.sharded_programs import PROGRAMS, TP
 from tilefoundry.dsl import tf
 from tilefoundry.errors import UnsupportedError
-from tilefoundry.exits.spmd import emit_spmd
+from tilefoundry.exits.stablehlo.spmd import emit_spmd
 from tilefoundry.frontend import Tensor, func
 
 pytest.importorskip("jax", reason="the StableHLO toolchain tests need jax[lib]")
 
-from tilefoundry.exits.jaxlib_tools import make_context, parse_and_verify
 from tilefoundry.exits.stablehlo import emit_stablehlo
+from tilefoundry.exits.stablehlo.jaxlib_tools import make_context, parse_and_verify
 
 BYTECODE_MAGIC = b"ML\xefR"
 

@@ -1,4 +1,4 @@
-"""run_xla(..., devices=8) through jit's C++ argument path (exits/spmd/xla.py): a cached
+"""run_xla(..., devices=8) through jit's C++ argument path (exits/runtimes/xla_spmd.py): a cached
 `jax.jit` of a `jax.export.Exported` with `nr_devices=8` and NamedSharding in/out shardings.
 
 Issue 19: "run_xla through jit's C++ argument path ... one and many devices, guarded by a test

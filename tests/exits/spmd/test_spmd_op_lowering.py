@@ -20,7 +20,7 @@ from exits.spmd.op_programs import PROGRAMS, TP
 from tilefoundry.dsl import tf
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.evaluator import evaluate
-from tilefoundry.exits.spmd import collective_report, emit_spmd
+from tilefoundry.exits.stablehlo.spmd import collective_report, emit_spmd
 from tilefoundry.frontend import Tensor, func
 from tilefoundry.ir.core import Call
 from tilefoundry.ir.hir.tensor import Reshape

@@ -14,8 +14,8 @@ import pytest
 from exits.spmd import spmd_worker
 from exits.spmd.sharded_programs import PROGRAMS
 from tilefoundry.evaluator import evaluate
-from tilefoundry.exits.jaxlib_tools import parse_and_verify
-from tilefoundry.exits.spmd import collective_report, emit_spmd, format_collective_report
+from tilefoundry.exits.stablehlo.jaxlib_tools import parse_and_verify
+from tilefoundry.exits.stablehlo.spmd import collective_report, emit_spmd, format_collective_report
 from tilefoundry.ir.core import Call
 from tilefoundry.ir.hir import FusionRegion
 from tilefoundry.ir.hir.sharding import Reshard

@@ -10,7 +10,7 @@ from frontend import programs as frontend_programs
 from tilefoundry.dsl import tf
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.evaluator import evaluate
-from tilefoundry.exits.spmd import emit_spmd
+from tilefoundry.exits.stablehlo.spmd import emit_spmd
 from tilefoundry.frontend import Tensor, func
 from tilefoundry.ir.types.shard import make_mesh
 

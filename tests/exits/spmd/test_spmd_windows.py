@@ -8,7 +8,7 @@ import numpy as np
 
 from exits.spmd import window_programs
 from tilefoundry.evaluator import evaluate
-from tilefoundry.exits.spmd import emit_spmd
+from tilefoundry.exits.stablehlo.spmd import emit_spmd
 
 RNG = np.random.default_rng(14)
 

@@ -13,7 +13,7 @@ import numpy as np
 from exits.spmd import spmd_worker
 from exits.spmd.sharded_programs import LAYERS, STACKED
 from tilefoundry.evaluator import evaluate
-from tilefoundry.exits.spmd import collective_report, emit_spmd
+from tilefoundry.exits.stablehlo.spmd import collective_report, emit_spmd
 
 TIMEOUT_S = 120
 

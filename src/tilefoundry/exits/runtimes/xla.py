@@ -12,10 +12,10 @@ arguments take jit's C++ argument path. A later call with ndarrays of the same s
 is one cache look-up and that jit call: the checks it would repeat depend on nothing else, except
 `TILEFOUNDRY_MEMORY_LIMIT`, whose change re-admits the call.
 
-`run_xla(fn, *arrays, devices=N)` is the SPMD path (`tilefoundry.exits.spmd`): the function's
-device mesh must have N devices; each global argument is placed on the devices by its parameter's
-ShardLayout, the module runs partitioned on N XLA devices, and the results come back gathered to
-global arrays. XLA must have been started with N devices (on CPU:
+`run_xla(fn, *arrays, devices=N)` is the SPMD path (`tilefoundry.exits.stablehlo.spmd`): the
+function's device mesh must have N devices; each global argument is placed on the devices by its
+parameter's ShardLayout, the module runs partitioned on N XLA devices, and the results come back
+gathered to global arrays. XLA must have been started with N devices (on CPU:
 `XLA_FLAGS=--xla_force_host_platform_device_count=N` before jax first initialises a backend).
 """
 

@@ -21,8 +21,8 @@ import numpy as np
 
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.exits.runtimes.xla_jit import JaxFunction, jax_function, numpy_caller
-from tilefoundry.exits.spmd.mesh import EXIT, axis_names
-from tilefoundry.exits.spmd.module import SpmdModule, lower_spmd
+from tilefoundry.exits.stablehlo.spmd.mesh import EXIT, axis_names
+from tilefoundry.exits.stablehlo.spmd.module import SpmdModule, lower_spmd
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.types import TensorType
 

@@ -1,7 +1,7 @@
 """The SPMD exit across processes and hosts (`jax.distributed`): one program, many processes.
 
-The module every process runs is the single-process SPMD module (`exits.spmd.lower_spmd`); only
-where its partitions run changes. `config` says who this process is (arguments, our environment
+The module every process runs is the single-process SPMD module (`exits.stablehlo.spmd.lower_spmd`);
+only where its partitions run changes. `config` says who this process is (arguments, our environment
 variables, SLURM, Kubernetes indexed jobs); `placement` maps the mesh onto the global devices so
 the outermost mesh axes cross processes and refuses a mesh the run cannot hold before anything
 starts; `runtime` joins the run, feeds each process only its own blocks and returns its blocks or

@@ -18,7 +18,7 @@ import numpy as np
 
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.exits.runtimes.distributed.config import WHERE
-from tilefoundry.exits.spmd.mesh import axis_names
+from tilefoundry.exits.stablehlo.spmd.mesh import axis_names
 from tilefoundry.ir.types.shard import Mesh
 
 MAX_CPU_DEVICES_PER_PROCESS = 2048

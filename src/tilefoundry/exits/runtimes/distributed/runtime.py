@@ -25,8 +25,8 @@ from tilefoundry.exits.runtimes.distributed.config import (
 )
 from tilefoundry.exits.runtimes.distributed.placement import check_capacity, device_grid
 from tilefoundry.exits.runtimes.xla_spmd import partition_spec
-from tilefoundry.exits.spmd.mesh import axis_names
-from tilefoundry.exits.spmd.module import SpmdModule, lower_spmd
+from tilefoundry.exits.stablehlo.spmd.mesh import axis_names
+from tilefoundry.exits.stablehlo.spmd.module import SpmdModule, lower_spmd
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.types import TensorType, resolve_dim
 

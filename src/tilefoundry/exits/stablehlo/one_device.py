@@ -1,9 +1,9 @@
 """The StableHLO exit: HIR functions as version-pinned StableHLO text (SFEP-0053 §3.7).
 
 The emitter is pure Python text generation and imports no jax (DESIGN §5); jaxlib only validates
-and serialises its output (`tilefoundry.exits.jaxlib_tools`). Each op's lowering lives in the op's
-own module, registered with `register_stablehlo`; this engine walks the DAG, names SSA values,
-lowers functions, calls and loops, and asks the registry for everything else. What it cannot
+and serialises its output (`tilefoundry.exits.stablehlo.jaxlib_tools`). Each op's lowering lives in
+the op's own module, registered with `register_stablehlo`; this engine walks the DAG, names SSA
+values, lowers functions, calls and loops, and asks the registry for everything else. What it cannot
 express it refuses with UnsupportedError naming the op (never a custom_call).
 
 Shapes must be concrete: a DimVar function is emitted per call shape, `bindings` mapping each
@@ -368,9 +368,9 @@ def emit_stablehlo(
     name); `portable=True` returns the VHLO portable artifact at STABLEHLO_TARGET_VERSION.
 
     One emitter for both exits (DESIGN §3): a Function with sharded values is a program on a
-    device mesh, and gets the SPMD module (`exits.spmd`: Shardy mesh, manual computation, explicit
-    collectives; a warp/thread mesh is refused there); an unsharded one, or one whose meshes are
-    all cta grids of one device (`mesh_is_on_one_device`), the single-device module.
+    device mesh, and gets the SPMD module (`exits.stablehlo.spmd`: Shardy mesh, manual computation,
+    explicit collectives; a warp/thread mesh is refused there); an unsharded one, or one whose
+    meshes are all cta grids of one device (`mesh_is_on_one_device`), the single-device module.
     """
     emitter = _ModuleEmitter()
     sharded = isinstance(obj, Function) and _on_a_mesh(obj, bindings)
@@ -378,7 +378,7 @@ def emit_stablehlo(
         entries = _entry_symbols(obj.functions)
         text = emitter.emit(entries, bindings, _module_name(obj.name))
     elif sharded:
-        from tilefoundry.exits.spmd import emit_spmd
+        from tilefoundry.exits.stablehlo.spmd import emit_spmd
 
         text = emit_spmd(obj, bindings=bindings)
     elif isinstance(obj, Function):
@@ -387,13 +387,13 @@ def emit_stablehlo(
         raise UnsupportedError(f"emit_stablehlo: expected a Function or Module, got {obj!r}")
     if not portable:
         return text
-    from tilefoundry.exits.jaxlib_tools import serialize_portable
+    from tilefoundry.exits.stablehlo.jaxlib_tools import serialize_portable
 
     return serialize_portable(text, shardy=sharded)
 
 
 def _on_a_mesh(fn: Function, bindings: Mapping[Any, int] | None) -> bool:
-    from tilefoundry.exits.spmd import program_meshes
+    from tilefoundry.exits.stablehlo.spmd import program_meshes
 
     if fn.body is None:
         fn = select_variant(fn, bindings=dict(bindings or {}))

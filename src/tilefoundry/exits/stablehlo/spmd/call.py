@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from tilefoundry.errors import InternalCompilerError, UnsupportedError
-from tilefoundry.exits.spmd.collectives import DeviceBody, Shard
-from tilefoundry.exits.spmd.mesh import EXIT, local_shape
+from tilefoundry.exits.stablehlo.spmd.collectives import DeviceBody, Shard
+from tilefoundry.exits.stablehlo.spmd.mesh import EXIT, local_shape
 from tilefoundry.ir.core import Op
 from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.lowering.builder import Lowering
@@ -253,7 +253,7 @@ class SpmdCall:
         return bool(_Blocks(self).plan.completed_axes())
 
     def reshard(self, x: Shard) -> Shard:
-        from tilefoundry.exits.spmd.reshard import reshard
+        from tilefoundry.exits.stablehlo.spmd.reshard import reshard
 
         return reshard(x, self.out_type, self.body, self.where)
 

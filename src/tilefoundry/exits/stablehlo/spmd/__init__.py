@@ -5,7 +5,7 @@ shapes; `collectives` and `reshard` write the communication the IR asks for; `me
 IR mesh onto Shardy's; `xla` runs the module on N XLA devices.
 """
 
-from tilefoundry.exits.spmd.module import (
+from tilefoundry.exits.stablehlo.spmd.module import (
     SpmdModule,
     collective_report,
     emit_spmd,

@@ -11,8 +11,8 @@ slice fallback `plan_reshard(..., reduce_scatter=False)` describes.
 from __future__ import annotations
 
 from tilefoundry.errors import UnsupportedError
-from tilefoundry.exits.spmd.collectives import DeviceBody, Shard
-from tilefoundry.exits.spmd.mesh import EXIT
+from tilefoundry.exits.stablehlo.spmd.collectives import DeviceBody, Shard
+from tilefoundry.exits.stablehlo.spmd.mesh import EXIT
 from tilefoundry.ir.types import TensorType
 from tilefoundry.ir.types.shard import Mesh
 from tilefoundry.sharding.reshard_plan import (

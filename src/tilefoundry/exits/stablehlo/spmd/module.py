@@ -31,16 +31,7 @@ from math import prod
 from typing import Any
 
 from tilefoundry.errors import UnsupportedError, VerifyError
-from tilefoundry.exits.spmd.call import Operand, SpmdCall, check_local, leaves
-from tilefoundry.exits.spmd.collectives import Collective, DeviceBody, Shard
-from tilefoundry.exits.spmd.mesh import (
-    EXIT,
-    axis_names,
-    check_device_mesh,
-    local_shape,
-    sdy_sharding,
-)
-from tilefoundry.exits.stablehlo import (
+from tilefoundry.exits.stablehlo.one_device import (
     STABLEHLO_TARGET_VERSION,
     VERSION_ATTRIBUTE,
     loop_bounds,
@@ -49,7 +40,16 @@ from tilefoundry.exits.stablehlo import (
     while_condition,
     while_text,
 )
-from tilefoundry.exits.stablehlo import _module_name as module_name
+from tilefoundry.exits.stablehlo.one_device import _module_name as module_name
+from tilefoundry.exits.stablehlo.spmd.call import Operand, SpmdCall, check_local, leaves
+from tilefoundry.exits.stablehlo.spmd.collectives import Collective, DeviceBody, Shard
+from tilefoundry.exits.stablehlo.spmd.mesh import (
+    EXIT,
+    axis_names,
+    check_device_mesh,
+    local_shape,
+    sdy_sharding,
+)
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
 from tilefoundry.ir.hir.grid_region import INDUCTION_TYPE

@@ -84,7 +84,7 @@ def serialize_portable(text: str, *, shardy: bool = False) -> bytes:
     and attributes (`sdy.mesh`, `sdy.manual_computation`, `sdy.sharding`, which VHLO has no
     form for) travel beside it in their own dialect, as `jax.export` serialises sharded
     programs (jaxlib's `allow_other_dialects`)."""
-    from tilefoundry.exits.stablehlo import STABLEHLO_TARGET_VERSION
+    from tilefoundry.exits.stablehlo.one_device import STABLEHLO_TARGET_VERSION
 
     ir, passmanager, *_, stablehlo = _import_mlir()
     text = _legalize_chlo(text)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from math import ceil, prod
 
-from tilefoundry.exits.spmd.mesh import axes_label, groups_literal, replica_groups
+from tilefoundry.exits.stablehlo.spmd.mesh import axes_label, groups_literal, replica_groups
 from tilefoundry.ir.lowering.builder import Lowering
 from tilefoundry.ir.types import TensorType, i32
 from tilefoundry.ir.types.shard import Mesh
