@@ -173,6 +173,23 @@ def test_the_ir_and_engine_folders_are_acyclic():
     assert cycle is None, "import circle between folders:\n  " + "\n  ".join(cycle)
 
 
+@pytest.mark.parametrize("package", ["exits"])
+def test_the_modules_of_a_package_are_acyclic(package):
+    """Issue 24: no import circle among the emitters and runtimes, module by module (the
+    one-device and SPMD emitters share their loop helpers and module header from modules of
+    their own instead of importing each other)."""
+    inside = [m for m in MODULES if m.startswith(f"tilefoundry.{package}.")]
+    edges: dict[str, dict[str, str]] = defaultdict(dict)
+    for module in inside:
+        for target in sorted(_imported_modules(MODULES[module])):
+            if target in inside and target != module:
+                edges[module].setdefault(
+                    target, f"{MODULES[module].relative_to(SRC)} imports {target}"
+                )
+    cycle = _cycle(edges)
+    assert cycle is None, "import circle between modules:\n  " + "\n  ".join(cycle)
+
+
 def test_the_face_re_exports_the_moved_modules_themselves():
     """An old submodule path is the moved module (one registry object, never a copy)."""
     import tilefoundry.visitor_registry.access_relation as old_relation

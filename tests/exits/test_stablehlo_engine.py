@@ -20,7 +20,7 @@ jax = pytest.importorskip("jax", reason="the StableHLO toolchain tests need jax[
 from tilefoundry.exits.runtimes.xla import run_xla  # noqa: E402
 from tilefoundry.exits.stablehlo import STABLEHLO_TARGET_VERSION, emit_stablehlo  # noqa: E402
 from tilefoundry.exits.stablehlo.jaxlib_tools import parse_and_verify, serialize_portable  # noqa: E402
-from tilefoundry.exits.stablehlo.one_device import VERSION_ATTRIBUTE  # noqa: E402
+from tilefoundry.exits.stablehlo.module_header import VERSION_ATTRIBUTE  # noqa: E402
 
 T = make_tensor_type((4,), f32)
 

@@ -6,6 +6,7 @@
 Emitting is pure text generation: nothing here imports jax eagerly or any runtime.
 """
 
-from tilefoundry.exits.stablehlo.one_device import STABLEHLO_TARGET_VERSION, emit_stablehlo
+from tilefoundry.exits.stablehlo.module_header import STABLEHLO_TARGET_VERSION
+from tilefoundry.exits.stablehlo.one_device import emit_stablehlo
 
 __all__ = ["STABLEHLO_TARGET_VERSION", "emit_stablehlo"]

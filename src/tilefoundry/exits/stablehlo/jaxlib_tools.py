@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from tilefoundry.caches import memoize
 from tilefoundry.errors import InternalCompilerError, UnsupportedError
+from tilefoundry.exits.stablehlo.module_header import STABLEHLO_TARGET_VERSION
 
 
 def _import_mlir():
@@ -84,8 +85,6 @@ def serialize_portable(text: str, *, shardy: bool = False) -> bytes:
     and attributes (`sdy.mesh`, `sdy.manual_computation`, `sdy.sharding`, which VHLO has no
     form for) travel beside it in their own dialect, as `jax.export` serialises sharded
     programs (jaxlib's `allow_other_dialects`)."""
-    from tilefoundry.exits.stablehlo.one_device import STABLEHLO_TARGET_VERSION
-
     ir, passmanager, *_, stablehlo = _import_mlir()
     text = _legalize_chlo(text)
     if shardy:

@@ -17,6 +17,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from tilefoundry.errors import UnsupportedError
+from tilefoundry.exits.stablehlo.loops import (
+    loop_bounds,
+    loop_captures,
+    loop_invariants,
+    while_condition,
+    while_text,
+)
+from tilefoundry.exits.stablehlo.module_header import (
+    STABLEHLO_TARGET_VERSION,
+    VERSION_ATTRIBUTE,
+    module_name,
+)
 from tilefoundry.gc_pause import gc_paused
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, select_variant
@@ -30,16 +42,8 @@ from tilefoundry.ir.lowering.mlir_text import (
     mlir_symbol,
 )
 from tilefoundry.ir.lowering.replay import lower_cached
-from tilefoundry.ir.types import TensorType, TupleType, Type, i64, resolve_dim
+from tilefoundry.ir.types import TensorType, TupleType, Type, i64
 from tilefoundry.rules import STABLEHLO
-
-STABLEHLO_TARGET_VERSION = "1.13.0"
-"""The StableHLO version every emitted module is pinned to: recorded as a module attribute, and the
-version a portable artifact is serialised at. 1.13.0 is within jaxlib 0.10.2's 12-week
-compatibility window (its current version is 1.17.0) and covers every dtype this exit emits
-(f8E4M3FN needs >= 1.7, f4E2M1FN >= 1.8)."""
-
-VERSION_ATTRIBUTE = "tilefoundry.stablehlo_target"
 
 
 def _flatten(value: Lowered) -> list[str]:
@@ -58,106 +62,6 @@ def _regroup(names: list[str], type_: Type) -> Lowered:
             names = names[width:]
         return tuple(parts)
     return names[0]
-
-
-def _reads(expr: Expr, memo: dict[Expr, frozenset[Var]]) -> frozenset[Var]:
-    if expr not in memo:
-        if isinstance(expr, Var):
-            memo[expr] = frozenset((expr,))
-        elif isinstance(expr, GridRegionExpr):
-            inner = frozenset().union(*(_reads(c, memo) for c in all_operands(expr)))
-            memo[expr] = inner - {expr.induction_var, *expr.carried_args}
-        else:
-            memo[expr] = frozenset().union(*(_reads(c, memo) for c in all_operands(expr)))
-    return memo[expr]
-
-
-def loop_invariants(
-    loop: GridRegionExpr, done: Mapping[Expr, Any], memo: dict[Expr, frozenset[Var]]
-) -> list[Expr]:
-    """Body values of `loop` that read none of its variables and are not lowered yet (`done`),
-    producers first: lowered before the loop, they run once, not once per iteration."""
-    local = {loop.induction_var, *loop.carried_args}
-    stack, seen = [loop.body, *loop.yield_values], set()
-    order: list[Expr] = []
-    while stack:
-        node = stack.pop()
-        if node in seen or node in done:
-            continue
-        seen.add(node)
-        if isinstance(node, Var) or _reads(node, memo) & local:
-            if not isinstance(node, Var | GridRegionExpr):
-                stack.extend(all_operands(node))
-            continue
-        order.append(node)
-    return order
-
-
-def loop_captures(loop: GridRegionExpr, done: Mapping[Expr, Any]) -> list[Expr]:
-    """Outer values (already lowered: in `done`) that the loop body reads; the while threads
-    them through as unchanged carries, so its regions capture nothing."""
-    local = {loop.induction_var, *loop.carried_args}
-    found: dict[Expr, None] = {}
-    stack, seen = [loop.body, *loop.yield_values], set()
-    while stack:
-        node = stack.pop()
-        if node in seen or node in local:
-            continue
-        seen.add(node)
-        if node in done:
-            found[node] = None
-            continue
-        if isinstance(node, GridRegionExpr):
-            stack.extend(node.init_args)
-            stack.extend(v for v in (node.body, *node.yield_values))
-            continue
-        stack.extend(all_operands(node))
-    return list(found)
-
-
-def loop_bounds(loop: GridRegionExpr, bindings: Mapping[Any, int] | None) -> tuple[int, int, int]:
-    """(start, stop, step) of `loop` as ints (DimVars resolved through `bindings`)."""
-    start, stop, step = (
-        int(resolve_dim(d, bindings or {})) for d in (loop.start, loop.extent, loop.step)
-    )
-    return start, stop, step
-
-
-def while_condition(lw: Lowering, induction: str, stop: int) -> list[str]:
-    """The lines of a while's condition region: the induction (an i64 scalar) is below `stop`."""
-    index_type = lw.type(TensorType((), i64))
-    cond = lw.child(4)
-    bound = cond.constant(stop, i64)
-    pred = cond.op(
-        f"stablehlo.compare LT, {induction}, {bound}, SIGNED : "
-        f"({index_type}, {index_type}) -> tensor<i1>"
-    )
-    cond.line(f'"stablehlo.return"({pred}) : (tensor<i1>) -> ()')
-    return cond.lines
-
-
-def while_text(
-    lw: Lowering,
-    init_names: list[str],
-    types: list[str],
-    block_args: list[str],
-    cond_lines: list[str],
-    body_lines: list[str],
-) -> Lowered:
-    """`stablehlo.while` over (induction, carries...) with the two regions' lines
-    (`while_condition`, and a body ending in its `stablehlo.return`)."""
-    signature = ", ".join(f"{a}: {t}" for a, t in zip(block_args, types, strict=True))
-    all_types = ", ".join(types)
-    return lw.op(
-        f'"stablehlo.while"({", ".join(init_names)}) ({{\n'
-        + f"{' ' * (lw.indent + 2)}^bb0({signature}):\n"
-        + "\n".join(cond_lines)
-        + f"\n{' ' * lw.indent}}}, {{\n"
-        + f"{' ' * (lw.indent + 2)}^bb0({signature}):\n"
-        + "\n".join(body_lines)
-        + f"\n{' ' * lw.indent}}}) : ({all_types}) -> ({all_types})",
-        len(types),
-    )
 
 
 class _FunctionEmitter:
@@ -376,13 +280,13 @@ def emit_stablehlo(
     sharded = isinstance(obj, Function) and _on_a_mesh(obj, bindings)
     if isinstance(obj, Module):
         entries = _entry_symbols(obj.functions)
-        text = emitter.emit(entries, bindings, _module_name(obj.name))
+        text = emitter.emit(entries, bindings, module_name(obj.name))
     elif sharded:
         from tilefoundry.exits.stablehlo.spmd import emit_spmd
 
         text = emit_spmd(obj, bindings=bindings)
     elif isinstance(obj, Function):
-        text = emitter.emit([(obj, "main")], bindings, _module_name(obj.name))
+        text = emitter.emit([(obj, "main")], bindings, module_name(obj.name))
     else:
         raise UnsupportedError(f"emit_stablehlo: expected a Function or Module, got {obj!r}")
     if not portable:
@@ -399,10 +303,6 @@ def _on_a_mesh(fn: Function, bindings: Mapping[Any, int] | None) -> bool:
         fn = select_variant(fn, bindings=dict(bindings or {}))
     # a cta mesh is the CTAs of one device: its program's meaning is the single-device module
     return any(not mesh_is_on_one_device(mesh) for mesh in program_meshes(fn))
-
-
-def _module_name(name: str) -> str:
-    return mlir_symbol(name)
 
 
 def _entry_symbols(functions) -> list[tuple[Function, str]]:

@@ -31,16 +31,18 @@ from math import prod
 from typing import Any
 
 from tilefoundry.errors import UnsupportedError, VerifyError
-from tilefoundry.exits.stablehlo.one_device import (
-    STABLEHLO_TARGET_VERSION,
-    VERSION_ATTRIBUTE,
+from tilefoundry.exits.stablehlo.loops import (
     loop_bounds,
     loop_captures,
     loop_invariants,
     while_condition,
     while_text,
 )
-from tilefoundry.exits.stablehlo.one_device import _module_name as module_name
+from tilefoundry.exits.stablehlo.module_header import (
+    STABLEHLO_TARGET_VERSION,
+    VERSION_ATTRIBUTE,
+    module_name,
+)
 from tilefoundry.exits.stablehlo.spmd.call import Operand, SpmdCall, check_local, leaves
 from tilefoundry.exits.stablehlo.spmd.collectives import Collective, DeviceBody, Shard
 from tilefoundry.exits.stablehlo.spmd.mesh import (
