@@ -133,6 +133,14 @@ def test_engines_never_import_an_op_module(path):
     assert direct == [], f"{path.relative_to(SRC)} imports op modules {direct}"
 
 
+@pytest.mark.parametrize("path", _files("inspect"), ids=lambda p: str(p.relative_to(SRC)))
+def test_the_inspector_imports_no_exit(path):
+    """Issue 24: `show` and the report describe what the SPMD exit wrote from the record their
+    caller (the CLI) passes in, so reading IR never loads an exit."""
+    exits = sorted(m for m in _imported_modules(path) if m.startswith("tilefoundry.exits"))
+    assert exits == [], f"{path.relative_to(SRC)} imports {exits}"
+
+
 @pytest.mark.parametrize("path", _files("rules"), ids=lambda p: str(p.relative_to(SRC)))
 def test_rule_tables_import_only_the_ir_value_layers(path):
     """Issue 24: the rule tables import only ir/core and ir/types, so every layer may read them."""

@@ -107,7 +107,7 @@ def test_an_internal_error_exits_2_with_a_short_message(cli, write_program):
         "sabotage.py",
         HEADER
         + "\nimport tilefoundry.cli.commands\n\n"
-        + "tilefoundry.cli.commands.value_rows = lambda fn: [][1]\n\n"
+        + "tilefoundry.cli.commands.value_rows = lambda fn, spmd: [][1]\n\n"
         + '@func\ndef f(x: Tensor[(4,), "f32"]):\n    return x + x\n',
     )
     done = cli("show", path)

@@ -193,9 +193,11 @@ def test_the_layer_loop_all_reduces_twice_per_layer(name):
 
 def shown_collectives(name: str) -> list[tuple[str, ...]]:
     """What `tilefoundry show` says each communicating Reshard of `name` does."""
+    from tilefoundry.exits.stablehlo.spmd import lower_spmd_or_none
     from tilefoundry.inspect.shard_view import value_rows
 
-    return [row.collectives for row in value_rows(cases.program(name)) if row.collectives]
+    fn = cases.program(name)
+    return [row.collectives for row in value_rows(fn, lower_spmd_or_none(fn)) if row.collectives]
 
 
 def test_show_lists_the_two_all_reduces_of_the_tp_layer():

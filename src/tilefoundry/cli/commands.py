@@ -80,6 +80,8 @@ def verify_all(objects: list[Function | Module]) -> None:
 
 
 def show(args: argparse.Namespace) -> int:
+    from tilefoundry.exits.stablehlo.spmd import lower_spmd_or_none
+
     _, fn = entry_of(args)
     if args.fused:
         require_static(fn, "--fused (fusion runs on the tensor tier)")
@@ -88,7 +90,7 @@ def show(args: argparse.Namespace) -> int:
     console.print(format_ir(fn), end="", markup=False)
     if args.fused:
         console.print(f"\n{report}", markup=False)
-    rows = [r for r in value_rows(fn) if r.states]
+    rows = [r for r in value_rows(fn, lower_spmd_or_none(fn)) if r.states]
     if not rows:
         console.print("\nno sharded values: every value is whole on one device")
         return 0
@@ -138,6 +140,7 @@ def emit(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
+    from tilefoundry.exits.stablehlo.spmd import lower_spmd_or_none
     from tilefoundry.inspect.report import render_report
 
     out = check_output_path(args.output, [args.file])
@@ -149,7 +152,9 @@ def report(args: argparse.Namespace) -> int:
     else:
         fn, fusion = compile_fn(fn)
     with progress("drawing the report"):
-        page = render_report(fn, fusion, source=program.path, note=note)
+        page = render_report(
+            fn, fusion, spmd=lower_spmd_or_none(fn), source=program.path, note=note
+        )
     size = write_atomically(out, page)
     print(f"wrote {out} ({size} bytes): @{fn.name}")
     return 0

@@ -134,8 +134,9 @@ class _GraphBuilder:
         self.ids[id(call)] = self.ids[id(region.outputs[0])]
 
 
-def build_graph(fn: Function) -> Graph:
-    return _GraphBuilder(emitted_collectives(fn)).function(fn)
+def build_graph(fn: Function, spmd: Any) -> Graph:
+    """`spmd`: the SPMD exit's module for `fn`, or None (`shard_view.emitted_collectives`)."""
+    return _GraphBuilder(emitted_collectives(fn, spmd)).function(fn)
 
 
 CSS = """
@@ -259,8 +260,8 @@ def render_svg(graph: Graph) -> str:
     return "\n".join(parts)
 
 
-def _shape_table(fn: Function) -> str:
-    rows = [r for r in value_rows(fn) if r.states]
+def _shape_table(fn: Function, spmd: Any) -> str:
+    rows = [r for r in value_rows(fn, spmd) if r.states]
     if not rows:
         return '<p id="local-shapes">No sharded values: every value is whole on one device.</p>'
     body = "".join(
@@ -291,9 +292,12 @@ def _fusion_list(fusion: Any) -> str:
     return f'<h2>Fusion</h2><p id="fusion-summary">{headline}</p><ul>{items}</ul>'
 
 
-def render_report(fn: Function, fusion: Any = None, *, source: str = "", note: str = "") -> str:
-    """The page for `fn` (normally the output of `passes.compile`, with its FusionReport)."""
-    graph = build_graph(fn)
+def render_report(
+    fn: Function, fusion: Any = None, *, spmd: Any, source: str = "", note: str = ""
+) -> str:
+    """The page for `fn` (normally the output of `passes.compile`, with its FusionReport);
+    `spmd`: the SPMD exit's module for `fn`, or None (`shard_view.emitted_collectives`)."""
+    graph = build_graph(fn, spmd)
     legend = (
         '<div class="legend">'
         '<span><i class="swatch" style="background:#e3f9e5"></i>parameter</span>'
@@ -318,6 +322,6 @@ def render_report(fn: Function, fusion: Any = None, *, source: str = "", note: s
         f"<h1>@{escape(fn.name)}</h1><div class=meta>{meta}</div>{legend}"
         f'<h2>Graph</h2><div id="graph">{render_svg(graph)}</div>'
         f"{_fusion_list(fusion)}"
-        f"<h2>Per-device shapes</h2>{_shape_table(fn)}"
+        f"<h2>Per-device shapes</h2>{_shape_table(fn, spmd)}"
         "</body></html>\n"
     )

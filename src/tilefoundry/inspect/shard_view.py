@@ -224,21 +224,17 @@ Emitted = dict[int, tuple[tuple[int, str], ...]]
 """id(IR call) -> (emission order, words) of each collective the SPMD exit emits for it."""
 
 
-def emitted_collectives(fn: Function) -> Emitted:
+def emitted_collectives(fn: Function, spmd: Any) -> Emitted:
     """id(IR call) -> the collectives the SPMD exit emits for that call, in words (e.g.
     `tp: all-reduce(sum)` for a sum over a split axis: the complete effect), read off the
-    exit's own record of what it wrote; empty when the exit does not lower `fn` (no device
-    mesh, DimVar shapes, or a refusal, which `emit` reports)."""
-    from tilefoundry.exits.stablehlo.spmd import lower_spmd, program_meshes
-
-    try:
-        if not program_meshes(fn):
-            return {}
-        module = lower_spmd(fn)
-    except VerifyError:
+    exit's own record of what it wrote: `spmd`, the exit's module for `fn` (its `collectives`
+    and the IR call each came from, `origins`), which the caller passes so that the inspector
+    imports no exit. Where the exit does not lower `fn` (`spmd` is None: no device mesh, DimVar
+    shapes, or a refusal, which `emit` reports), what the types imply."""
+    if spmd is None:
         return _completions_from_types(fn)
     found: dict[int, list[tuple[int, str]]] = {}
-    for order, (record, origin) in enumerate(zip(module.collectives, module.origins, strict=True)):
+    for order, (record, origin) in enumerate(zip(spmd.collectives, spmd.origins, strict=True)):
         words = record.kind.replace("_", "-")
         if record.reduction is not None:
             words += f"({record.reduction})"
@@ -318,9 +314,10 @@ def call_collectives(expr: Expr, emitted: Emitted) -> tuple[str, ...]:
     return tuple(words for _, words in sorted(p for key in inside for p in emitted.get(key, ())))
 
 
-def value_rows(fn: Function) -> list[ValueRow]:
+def value_rows(fn: Function, spmd: Any) -> list[ValueRow]:
+    """`show`'s layout table; `spmd` as for `emitted_collectives`."""
     rows = []
-    emitted = emitted_collectives(fn)
+    emitted = emitted_collectives(fn, spmd)
     for expr in block_values(fn):
         type_ = expr.type
         sharded = isinstance(type_, TensorType) and isinstance(type_.layout, ShardLayout)

@@ -11,6 +11,7 @@ from tilefoundry.exits.stablehlo.spmd.module import (
     emit_spmd,
     format_collective_report,
     lower_spmd,
+    lower_spmd_or_none,
     program_meshes,
 )
 
@@ -20,5 +21,6 @@ __all__ = [
     "emit_spmd",
     "format_collective_report",
     "lower_spmd",
+    "lower_spmd_or_none",
     "program_meshes",
 ]

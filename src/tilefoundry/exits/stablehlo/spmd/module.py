@@ -71,6 +71,7 @@ __all__ = [
     "emit_spmd",
     "format_collective_report",
     "lower_spmd",
+    "lower_spmd_or_none",
     "program_meshes",
 ]
 
@@ -436,6 +437,16 @@ def lower_spmd(fn: Function, *, bindings: Mapping[Any, int] | None = None) -> Sp
         views,
         tuple(body.origins),
     )
+
+
+def lower_spmd_or_none(fn: Function) -> SpmdModule | None:
+    """`lower_spmd(fn)`, or None where the exit does not lower `fn` (no device mesh, or a
+    refusal such as DimVar shapes without bindings, which `emit` reports). The inspector is given
+    this, so it describes what the exit wrote without importing the exit."""
+    try:
+        return lower_spmd(fn) if program_meshes(fn) else None
+    except VerifyError:
+        return None
 
 
 def emit_spmd(fn: Function, *, bindings: Mapping[Any, int] | None = None) -> str:
