@@ -7,10 +7,10 @@ than DESIGN §3's tuple (the tuple form is accepted inside function bodies).
 
 from tilefoundry.frontend.annotations import ConstTensor, Tensor, TensorSpec
 from tilefoundry.frontend.decorators import func, module
-from tilefoundry.frontend.loops import tile
 from tilefoundry.frontend.parse import ConstParam
 from tilefoundry.frontend.scopes import MeshScope
 from tilefoundry.frontend.source import parse_source
+from tilefoundry.frontend.tile_window import tile
 
 __all__ = [
     "ConstParam",

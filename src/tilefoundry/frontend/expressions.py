@@ -30,24 +30,13 @@ from tilefoundry.frontend.operators import (
     UNSUPPORTED_EXPRESSIONS,
 )
 from tilefoundry.frontend.scopes import Environment, is_missing
+from tilefoundry.frontend.tile_window import TileWindow, tile
 from tilefoundry.ir.core import BindingName, Call, Expr, Metadata, Module
 from tilefoundry.ir.hir import Function, elaborate
 from tilefoundry.ir.types import TensorType, f32
 from tilefoundry.ir.types.shard import Mesh, MeshAxis, Partial
 from tilefoundry.ir.types.shard.sugar import SplitSugar
 from tilefoundry.rules import surface_entry
-
-
-class TileWindow:
-    """The loop variable of `for i in tile(extent, step)`: the window `[i, i + step)`.
-
-    It is a parser-only object (parser §1.7): a subscript reads the whole window, anywhere else
-    `i` means the window start (the induction variable).
-    """
-
-    def __init__(self, start: Expr, size: Any):
-        self.start = start
-        self.size = size
 
 
 def is_runtime(value: Any) -> bool:
@@ -420,6 +409,4 @@ def _is_numpy(value: Any) -> bool:
 
 
 def _is_loop_marker(value: Any) -> bool:
-    from tilefoundry.frontend.loops import tile
-
     return value is range or value is tile

@@ -14,22 +14,13 @@ import ast
 from typing import Any
 
 from tilefoundry.errors import VerifyError
-from tilefoundry.frontend.expressions import TileWindow
 from tilefoundry.frontend.scopes import assigned_names
 from tilefoundry.frontend.subscripts import SubscriptBuilder
+from tilefoundry.frontend.tile_window import TileWindow, tile
 from tilefoundry.ir.core import BindingName, Expr, Tuple, Var
 from tilefoundry.ir.hir import GridRegionExpr
 from tilefoundry.ir.hir.grid_region import INDUCTION_TYPE
 from tilefoundry.ir.types import is_shape_dim
-
-
-def tile(extent: Any, step: Any) -> None:
-    """`for i in tile(extent, step):` — a loop over windows `[i, i + step)` (parser §1.7).
-
-    Only meaningful as the iterable of a for loop in a `@func` body, which the frontend reads
-    from the source; calling it anywhere else is a mistake.
-    """
-    raise VerifyError("tile(extent, step) is only valid as the iterable of a for loop in a @func")
 
 
 class LoopBuilder(SubscriptBuilder):

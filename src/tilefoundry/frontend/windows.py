@@ -19,7 +19,8 @@ import ast
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tilefoundry.frontend.expressions import ExpressionBuilder, TileWindow
+from tilefoundry.frontend.expressions import ExpressionBuilder
+from tilefoundry.frontend.tile_window import TileWindow
 from tilefoundry.ir.core import Var
 from tilefoundry.ir.types import format_dim
 from tilefoundry.ir.types.shard.int_tuple import is_int
