@@ -2,30 +2,16 @@
 
 The namespace is the surface registry itself, read on attribute access: each op module declares
 its spellings (`register_surface("add", Binary, kind=ADD)`), so a new op is reachable from the DSL
-without touching this file, and Binary/Unary kinds are ordinary entries. Importing this module
-loads every HIR op module, because registration is an import-time side effect.
+without touching this file, and Binary/Unary kinds are ordinary entries. The entries exist once
+`tilefoundry.ir.hir` is imported (it imports every op namespace; registration is an import-time
+side effect), which importing the frontend, and so this module, does.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
-from tilefoundry.caches import memoize
 from tilefoundry.errors import VerifyError
 from tilefoundry.frontend.calls import SurfaceOp
 from tilefoundry.rules import surface_entry, surface_names
-
-OP_NAMESPACES = ("math", "tensor", "nn", "shape", "sharding")
-
-
-@memoize("dsl: op catalog loaded", 1)
-def load_op_catalog() -> None:
-    """Import every module under `tilefoundry.ir.hir.<namespace>` so each registers its rules."""
-    for namespace in OP_NAMESPACES:
-        package = importlib.import_module(f"tilefoundry.ir.hir.{namespace}")
-        for info in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
-            importlib.import_module(info.name)
 
 
 class UnknownOpError(VerifyError, AttributeError):
@@ -50,7 +36,6 @@ class _Namespace:
         return "<tilefoundry.dsl.tf>"
 
 
-load_op_catalog()
 tf = _Namespace()
 
-__all__ = ["OP_NAMESPACES", "SurfaceOp", "UnknownOpError", "load_op_catalog", "tf"]
+__all__ = ["SurfaceOp", "UnknownOpError", "tf"]

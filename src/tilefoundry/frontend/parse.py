@@ -214,9 +214,6 @@ def build_body(
     parsed: ParsedDef, env: Environment, params: tuple[Var, ...]
 ) -> tuple[Expr, TypeInferContext]:
     """Execute the body under one elaboration session; returns the returned Expr."""
-    from tilefoundry.dsl import load_op_catalog  # operators resolve through the op registry
-
-    load_op_catalog()
     ctx = TypeInferContext()
     builder = BodyBuilder(parsed.diag, env, ctx)
     for param in params:
