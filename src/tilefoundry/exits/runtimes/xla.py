@@ -68,10 +68,11 @@ def check_inputs(
     return checked, {var.name: extent for var, extent in bindings.items()}
 
 
-def bind_dims(
+def argument_dims(
     fn: Function, arrays: tuple[np.ndarray, ...], caller: str = "run_xla"
 ) -> dict[str, int]:
-    """DimVar name -> extent for checked arguments (`check_inputs`)."""
+    """DimVar name -> extent, read off checked arguments (`check_inputs`). Not the CLI's
+    `cli.program.bind_dims`, which chooses an extent for each DimVar (given or drawn)."""
     return check_inputs(fn, arrays, caller)[1]
 
 
@@ -97,7 +98,7 @@ def compiled_text(fn: Function, *arrays: np.ndarray) -> str:
     """The StableHLO text run_xla compiles for these arguments."""
     from tilefoundry.exits.stablehlo import emit_stablehlo
 
-    return emit_stablehlo(fn, bindings=bind_dims(fn, arrays) or None)
+    return emit_stablehlo(fn, bindings=argument_dims(fn, arrays) or None)
 
 
 def _cache_key(fn: Any, arrays: tuple[Any, ...], devices: Any) -> tuple:
