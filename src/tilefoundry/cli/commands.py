@@ -14,10 +14,10 @@ from tilefoundry.cli.console import progress, stdout_console
 from tilefoundry.cli.output import check_output_path, write_atomically
 from tilefoundry.cli.program import Program, bind_dims, dim_options, dim_vars, load_program
 from tilefoundry.errors import VerifyError
-from tilefoundry.inspect import format_ir
 from tilefoundry.inspect.shard_view import shape_text, short_type, value_rows
 from tilefoundry.ir.core import Module, SourceSpan, source_span
 from tilefoundry.ir.hir import Function
+from tilefoundry.ir.text import format_ir
 
 
 def entry_of(args: argparse.Namespace) -> tuple[Program, Function]:

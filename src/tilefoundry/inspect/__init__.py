@@ -1,6 +1,6 @@
-"""Reading IR: the canonical text printer (golden-tested; one spelling per construct)."""
+"""Reading IR: the HTML/SVG report and sharding in words, over the canonical text printer (which
+lives beside the IR, `tilefoundry.ir.text`, and is re-exported here)."""
 
-from tilefoundry.inspect.printer import format_ir, op_mnemonic
-from tilefoundry.inspect.type_text import MeshNames, format_mesh, format_type
+from tilefoundry.ir.text import MeshNames, format_ir, format_mesh, format_type, op_mnemonic
 
 __all__ = ["MeshNames", "format_ir", "format_mesh", "format_type", "op_mnemonic"]

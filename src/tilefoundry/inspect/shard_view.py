@@ -14,11 +14,11 @@ from math import prod
 from typing import Any
 
 from tilefoundry.errors import UnsupportedError, VerifyError
-from tilefoundry.inspect.printer import op_mnemonic
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Var, binding_name, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
 from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.hir.walk import block_operands, iter_nodes
+from tilefoundry.ir.text.printer import op_mnemonic
 from tilefoundry.ir.types import TensorType, TupleType, format_dim, is_static
 from tilefoundry.ir.types.shard import Broadcast, Partial, ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten

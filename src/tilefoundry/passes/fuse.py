@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tilefoundry.analysis import TypeInferContext
-from tilefoundry.inspect.printer import op_mnemonic
 from tilefoundry.ir.core import BindingName, Call, Constant, Expr, Var
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
 from tilefoundry.ir.hir.walk import all_operands, block_operands
+from tilefoundry.ir.text.printer import op_mnemonic
 from tilefoundry.passes.fusion_rules import (
     ROOT_KINDS,
     fusion_kind,

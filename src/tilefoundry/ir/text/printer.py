@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from tilefoundry.inspect.type_text import MeshNames, format_shard_layout, format_type
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var, binding_name
 from tilefoundry.ir.core import source_span as span_of
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
 from tilefoundry.ir.hir.walk import all_operands
+from tilefoundry.ir.text.type_text import MeshNames, format_shard_layout, format_type
 from tilefoundry.ir.types import DType, format_dim
 from tilefoundry.ir.types.shard import ShardLayout
 
