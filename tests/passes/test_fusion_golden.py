@@ -30,17 +30,17 @@ def _kinds(fn) -> list[tuple[str, tuple[str, ...]]]:
 
 
 def test_elementwise_chain_is_one_region():
-    assert _kinds(programs.elementwise_chain) == [("loop", ("binary", "binary", "unary", "binary"))]
+    assert _kinds(programs.elementwise_chain) == [("loop", ("mul", "add", "exp", "sub"))]
 
 
 def test_producer_with_second_consumer_is_not_fused():
     regions = _kinds(programs.second_consumer)
-    assert all("unary" not in ops for _, ops in regions)
+    assert all("exp" not in ops for _, ops in regions)
 
 
 def test_elementwise_into_reduction_is_rooted_at_it():
     [(kind, ops)] = _kinds(programs.elementwise_into_reduction)
-    assert kind == "reduction" and ops[-1] == "reduce" and "broadcastto" in ops
+    assert kind == "reduction" and ops[-1] == "reduce" and "broadcast_to" in ops
 
 
 def test_elementwise_into_matmul_operand():
@@ -68,16 +68,16 @@ def test_transpose_into_reduction_is_a_barrier_but_into_elementwise_or_matmul_fu
     [(_, ops)] = _kinds(programs.transpose_view_like)
     assert ops[0] == "transpose"
     assert _kinds(programs.transpose_into_matmul) == [
-        ("contraction", ("unary", "transpose", "matmul"))
+        ("contraction", ("exp", "transpose", "matmul"))
     ]
 
 
 def test_elementwise_epilogue_joins_its_root():
     """Issue 19 / DESIGN §6: elementwise consumers of a root's result join the root's region (one
     root per region still), so the root's result is never written out."""
-    assert _kinds(programs.matmul_epilogue) == [("contraction", ("matmul", "binary", "relu"))]
+    assert _kinds(programs.matmul_epilogue) == [("contraction", ("matmul", "add", "relu"))]
     [(kind, ops)] = _kinds(programs.reduction_epilogue)
-    assert kind == "reduction" and ops[0] == "unary" and ops[-1] == "binary" and "reduce" in ops
+    assert kind == "reduction" and ops[0] == "exp" and ops[-1] == "div" and "reduce" in ops
     x = RNG.standard_normal((8, 16)).astype(np.float32)
     w = RNG.standard_normal((16, 4)).astype(np.float32)
     r = RNG.standard_normal((8, 4)).astype(np.float32)
@@ -108,8 +108,8 @@ def test_a_loop_body_fuses_inside_and_only_inside():
     `exp(bias) * 2` (and its broadcast to the tile) is computed once before the loop, so it is
     fused there, in the enclosing block."""
     assert _kinds(programs.loop_body) == [
-        ("loop", ("unary", "broadcastto", "binary", "broadcastto")),
-        ("reduction", ("dynamicslice", "binary", "unary", "binary", "reduce", "binary")),
+        ("loop", ("exp", "broadcast_to", "mul", "broadcast_to")),
+        ("reduction", ("dynamic_slice", "sub", "exp", "mul", "reduce", "add")),
     ]
     x = RNG.standard_normal((8, 64)).astype(np.float32)
     bias = RNG.standard_normal((8, 1)).astype(np.float32)

@@ -81,7 +81,7 @@ def test_a_pass_that_breaks_the_ir_is_an_internal_compiler_error():
         manager.run(fn)
     text = str(info.value)
     assert "pass 'break' broke the IR" in text and "does not follow its rule" in text
-    assert ">>   %0 = binary[kind=add](%x, %x) : f64[8]  loc(prog.py:3:9)" in text
+    assert ">>   %0 = add(%x, %x) : f64[8]  loc(prog.py:3:9)" in text
 
 
 def test_user_errors_stay_verify_errors_and_debug_prints_the_ir(capsys):

@@ -16,11 +16,15 @@ from tilefoundry.rules import register_stablehlo, register_typeinfer
 class Ident(Op):
     """Pass-through: the result has the argument's full type, layout and all."""
 
+    mnemonic = "ident"
+
     x = ParamDef("input")
 
 
 class Add(Op):
     """Elementwise on two values of one type."""
+
+    mnemonic = "add"
 
     lhs = ParamDef("input")
     rhs = ParamDef("input")
@@ -29,12 +33,16 @@ class Add(Op):
 class Pick(Op):
     """Tuple projection (the real TupleGetItem belongs to the op catalog)."""
 
+    mnemonic = "pick"
+
     t = ParamDef("input")
     index = ParamDef("attribute", int)
 
 
 class Relayout(Op):
     """Carries a ShardLayout attribute, as Reshard does, so printers can be tested on one."""
+
+    mnemonic = "relayout"
 
     x = ParamDef("input")
     layout = ParamDef("attribute", ShardLayout)

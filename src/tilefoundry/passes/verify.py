@@ -236,7 +236,7 @@ class _Verifier:
         broadcast = _reshaped_operands(call)
         if broadcast:
             fail(call, f"{what}: implicit broadcast of operand {broadcast[0]} in the tensor "
-                 "tier; legalize inserts broadcastto")  # fmt: skip
+                 "tier; legalize inserts broadcast_to")  # fmt: skip
         if adopted_literals(call):
             fail(call, f"{what}: implicit dtype promotion of a scalar literal in the tensor "
                  "tier; legalize writes a constant of the operand dtype")  # fmt: skip

@@ -42,6 +42,7 @@ from tilefoundry.rules.surface import (
     register_surface,
     surface_entry,
     surface_names,
+    surface_of,
 )
 
 __all__ = [
@@ -78,4 +79,5 @@ __all__ = [
     "registered",
     "surface_entry",
     "surface_names",
+    "surface_of",
 ]

@@ -6,6 +6,9 @@ reachable from the DSL. A surface entry may fix attributes: `add` is `Binary(kin
 may take the arguments in a spelling users already know that is not the op's schema order
 (`tf.arange(stop)` / `tf.arange(start, stop, step)` is an `Iota`): its `rewrite` maps them to the
 schema's arguments.
+
+The same entries name ops in printed IR (`surface_of`), so an op is spelled one way in the DSL
+and in the printer: `broadcast_to`, `rms_norm`, and `add` for `Binary(kind=ADD)`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class SurfaceEntry:
 
 
 _SURFACE: dict[str, SurfaceEntry] = {}
+_BY_CLASS: dict[type, list[SurfaceEntry]] = {}
 
 
 def register_surface(
@@ -42,11 +46,26 @@ def register_surface(
         raise InternalCompilerError(
             f"surface name tf.{name} is already taken by {_SURFACE[name].op_class.__name__}"
         )
-    _SURFACE[name] = SurfaceEntry(name, op_class, dict(fixed), rewrite)
+    _SURFACE[name] = entry = SurfaceEntry(name, op_class, dict(fixed), rewrite)
+    _BY_CLASS.setdefault(op_class, []).append(entry)
 
 
 def surface_entry(name: str) -> SurfaceEntry | None:
     return _SURFACE.get(name)
+
+
+def surface_of(op: Any) -> SurfaceEntry | None:
+    """The entry that builds `op` from its own attributes: one of its class whose fixed
+    attributes `op` has, an entry without a `rewrite` (it takes the schema's arguments: `iota`,
+    not `arange`) before one with, the first registered among equals; None for an op the DSL
+    does not spell."""
+    attrs = op.attributes()
+    matching = [
+        entry
+        for entry in _BY_CLASS.get(type(op), ())
+        if all(attrs.get(name) == value for name, value in entry.fixed.items())
+    ]
+    return min(matching, key=lambda entry: entry.rewrite is not None, default=None)
 
 
 def surface_names() -> tuple[str, ...]:

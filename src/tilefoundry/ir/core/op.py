@@ -109,6 +109,9 @@ class Op:
 
     _params: ClassVar[tuple[ParamDef, ...]] = ()
     _inputs: ClassVar[tuple[str, ...]] = ()
+    mnemonic: ClassVar[str | None] = None
+    """The op's name in printed IR, for an op the DSL does not spell; None: its DSL surface name
+    (`register_surface`), so the printed form and the DSL spell an op alike."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

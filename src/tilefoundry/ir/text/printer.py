@@ -34,13 +34,27 @@ from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.ir.text.type_text import MeshNames, format_shard_layout, format_type
 from tilefoundry.ir.types import DType, format_dim
 from tilefoundry.ir.types.shard import ShardLayout
+from tilefoundry.rules import surface_of
 
 INDENT = "  "
 
 
+def op_spelling(op: Op) -> tuple[str, dict[str, Any]]:
+    """An op's printed name and the attributes printed after it. The name is its declared
+    `Op.mnemonic`, else its DSL surface name (`broadcast_to`, `rms_norm`; an entry that fixes
+    attributes states them, so `Binary(kind=ADD)` prints as `add`, without `kind=add`), else,
+    for an op that declares neither, its class name."""
+    attrs = op.attributes()
+    if type(op).mnemonic is not None:
+        return type(op).mnemonic, attrs
+    entry = surface_of(op)
+    if entry is None:
+        return type(op).__name__, attrs
+    return entry.name, {k: v for k, v in attrs.items() if k not in entry.fixed}
+
+
 def op_mnemonic(op: Op) -> str:
-    """An op prints as its lowercased class name (`MatMul` -> `matmul`), per the op registry."""
-    return type(op).__name__.lower()
+    return op_spelling(op)[0]
 
 
 def _loop_locals(region: GridRegionExpr) -> frozenset[Var]:
@@ -190,7 +204,8 @@ class _Printer:
             rhs = f"call {self.function_symbol(expr.target)}({args})"
         elif isinstance(expr, Call):
             args = ", ".join(self.ref(a) for a in expr.args)
-            rhs = f"{op_mnemonic(expr.target)}{self.format_attrs(expr.target)}({args})"
+            name, attrs = op_spelling(expr.target)
+            rhs = f"{name}{self.format_attrs(attrs)}({args})"
         else:
             rhs = f"<{type(expr).__name__}>"
         lhs = self.bind(expr)
@@ -247,8 +262,7 @@ class _Printer:
                 if unprinted and not (self.reads(node) & local):
                     self.emit(node, lines, depth)
 
-    def format_attrs(self, op: Op) -> str:
-        attrs = op.attributes()
+    def format_attrs(self, attrs: dict[str, Any]) -> str:
         if not attrs:
             return ""
         parts = [f"{k}={self.format_attr(v)}" for k, v in attrs.items()]
