@@ -192,7 +192,7 @@ def test_the_reference_evaluator_computes_the_interpreters_values(build, expecte
 @pytest.mark.parametrize(("build", "expected", "dtype"), CASES)
 def test_xla_computes_the_interpreters_values(build, expected, dtype):
     pytest.importorskip("jax", reason="the XLA run needs jax[lib]")
-    from tilefoundry.exits.xla import run_xla
+    from tilefoundry.exits.runtimes.xla import run_xla
 
     fn, arrays = build()
     _compare(run_xla(fn, *arrays), expected, dtype)

@@ -171,7 +171,7 @@ def inputs(name: str) -> tuple:
 
 def run(name: str, arrays: tuple):
     """Inside the worker: the program on as many XLA devices as its mesh has."""
-    from tilefoundry.exits.xla import run_xla
+    from tilefoundry.exits.runtimes.xla import run_xla
 
     fn = PROGRAMS[name].fn
     mesh = next(p.type.layout.mesh for p in fn.params if isinstance(p.type.layout, ShardLayout))

@@ -12,7 +12,7 @@ import pytest
 from exits.spmd import structural_programs
 from exits.spmd.structural_programs import PROGRAMS
 from tilefoundry.evaluator import evaluate
-from tilefoundry.exits.spmd import collective_report
+from tilefoundry.exits.stablehlo.spmd import collective_report
 
 pytest.importorskip("jax", reason="the SPMD exit tests need jax[lib]")
 
