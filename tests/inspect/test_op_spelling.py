@@ -10,7 +10,10 @@ from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.math import Binary, BinaryKind, Unary, UnaryKind
 from tilefoundry.ir.hir.nn import LayerNorm, MatMul, RMSNorm, SoftMax
 from tilefoundry.ir.hir.tensor import BroadcastTo, Reduce, ReduceKind, TupleGetItem
+from tilefoundry.ir.hir.tensor.cumulative import Cumulative, CumulativeKind
+from tilefoundry.ir.hir.tensor.iota import Iota
 from tilefoundry.ir.text.printer import op_spelling
+from tilefoundry.ir.types import i32
 from tilefoundry.rules import surface_entry
 
 # DESIGN §3: "each Binary kind too (add, sub, mul, div, floor_div, mod, minimum, maximum, cmp_eq,
@@ -58,6 +61,14 @@ CASES = [
     (TupleGetItem(index=1), "tuple_get_item", {"index": 1}),
     (MatMul(), "matmul", {}),
     (SoftMax(axis=-1), "softmax", {"axis": -1}),
+    (Cumulative(axis=1, kind=CumulativeKind.MAX), "cummax", {"axis": 1, "reverse": False}),
+    # `tf.arange` spells an Iota too, but in numpy's arguments (a rewrite): the printed attributes
+    # are the schema's, which `tf.iota` takes
+    (
+        Iota(shape=(8,), dtype=i32),
+        "iota",
+        {"shape": (8,), "dtype": i32, "axis": 0, "start": 0, "step": 1},
+    ),
     (
         Reduce(axes=(1,), keepdim=False, kind=ReduceKind.SUM),
         "reduce",
