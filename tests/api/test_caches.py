@@ -27,6 +27,7 @@ SRC = Path(tilefoundry.__file__).parent
 REGISTRIES = {
     "_BY_NAME": "every DType by name, filled once as the dtypes are defined",
     "_SURFACE": "the DSL spellings each op module registers",
+    "_SURFACES_OF_CLASS": "the same spellings by op class, which the printer names ops by",
     "_KIND_RULES": "the fusion kind rule each op module registers",
     "PALLAS_REF_READERS": "the ops whose Pallas rules read refs, as their modules register",
     "_LIVE": "the local launches still running (each leaves when it ends)",
@@ -142,7 +143,7 @@ def test_a_dropped_function_takes_its_entries_with_it(fresh_caches):
     evaluate(fn, x)
     runs_xla = importlib.util.find_spec("jax") is not None
     if runs_xla:
-        from tilefoundry.exits.xla import run_xla
+        from tilefoundry.exits.runtimes.xla import run_xla
 
         np.testing.assert_array_equal(run_xla(fn, x), x + x)
     ident, alive = id(fn), weakref.ref(fn)

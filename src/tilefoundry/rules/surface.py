@@ -32,7 +32,7 @@ class SurfaceEntry:
 
 
 _SURFACE: dict[str, SurfaceEntry] = {}
-_BY_CLASS: dict[type, list[SurfaceEntry]] = {}
+_SURFACES_OF_CLASS: dict[type, list[SurfaceEntry]] = {}
 
 
 def register_surface(
@@ -47,7 +47,7 @@ def register_surface(
             f"surface name tf.{name} is already taken by {_SURFACE[name].op_class.__name__}"
         )
     _SURFACE[name] = entry = SurfaceEntry(name, op_class, dict(fixed), rewrite)
-    _BY_CLASS.setdefault(op_class, []).append(entry)
+    _SURFACES_OF_CLASS.setdefault(op_class, []).append(entry)
 
 
 def surface_entry(name: str) -> SurfaceEntry | None:
@@ -62,7 +62,7 @@ def surface_of(op: Any) -> SurfaceEntry | None:
     attrs = op.attributes()
     matching = [
         entry
-        for entry in _BY_CLASS.get(type(op), ())
+        for entry in _SURFACES_OF_CLASS.get(type(op), ())
         if all(attrs.get(name) == value for name, value in entry.fixed.items())
     ]
     return min(matching, key=lambda entry: entry.rewrite is not None, default=None)
