@@ -26,7 +26,7 @@ from tilefoundry.rules import surface_entry
 
 pytest.importorskip("jax", reason="the XLA side of the interpreter cases needs jax[lib]")
 
-from tilefoundry.exits.xla import run_xla
+from tilefoundry.exits.runtimes.xla import run_xla
 
 ALMOST_TOLERANCE = 1e-4
 """check.expect_almost_eq_const's default: an absolute difference (stablehlo/tests/CheckOps.td)."""
