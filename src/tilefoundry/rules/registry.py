@@ -121,6 +121,25 @@ importing an op constructs no sample ops. An op with nothing to vary registers, 
 `register_not_sampled`, a rule returning the reason as a `str` instead, so the validator's
 coverage report can say why it is skipped."""
 
+VJP = Registry("vjp")
+"""Reverse-mode rules (DESIGN §4.18): `rule(call, cotangent, ad) -> tuple`, one entry per input
+of the op, each None (no cotangent flows to that input: an index, a mask, a cache) or a thunk
+`() -> Expr` that builds the input's cotangent contribution from `cotangent` (an Expr, or a tuple
+of Expr | None for a tuple-valued op) with `ad`, the transform's builder (`ad.tf.<op>(...)` builds
+typed Calls through the DSL's own surface builder, so every backward Call is typed by the
+forward's rules). The transform calls only the thunks of the inputs it differentiates, so a rule
+never builds dead code and may refuse one input (e.g. a cache) without refusing the op."""
+
+VJP_TAKES_PENDING: set[type] = set()
+"""The op classes whose VJP rule receives a cotangent with its pending Partial(sum)s still pending
+(only Reshard, whose transpose is the identity on the global value: the completion then happens at
+its input, in the input's own state, e.g. the transpose of an all-gather is one reduce-scatter).
+Every other rule receives a completed cotangent (see `autodiff/reshard_policy.py`)."""
+
+ZERO_COTANGENT = Registry("zero cotangent")
+"""`rule() -> str`: the op's outputs carry no cotangent (integer, bool or shape results), with the
+reason; the transform stops there, as JAX does for integer outputs."""
+
 _BY_KIND = {
     r.kind: r
     for r in (
@@ -136,6 +155,8 @@ _BY_KIND = {
         PALLAS_SHARDED,
         FUSION,
         VALIDATION_SAMPLES,
+        VJP,
+        ZERO_COTANGENT,
     )
 }
 
@@ -149,6 +170,19 @@ register_sharded_eval = SHARDED_EVAL.register
 register_spmd_lowering = SPMD_LOWERING.register
 register_validation_samples = VALIDATION_SAMPLES.register
 register_pallas_sharded = PALLAS_SHARDED.register
+
+
+def register_vjp(cls: type, *, takes_pending: bool = False) -> Callable[[R], R]:
+    """Decorator: the VJP rule of exactly `cls`; `takes_pending` lets it receive a pending
+    cotangent (see VJP_TAKES_PENDING)."""
+    if takes_pending:
+        VJP_TAKES_PENDING.add(cls)
+    return VJP.register(cls)
+
+
+def register_zero_cotangent(cls: type, reason: str) -> None:
+    """Declare that `cls`'s outputs carry no cotangent, and why (e.g. "a bool result")."""
+    ZERO_COTANGENT.register(cls)(lambda: reason)
 
 
 def register_pallas(cls: type, *, reads_refs: bool = False) -> Callable[[R], R]:
