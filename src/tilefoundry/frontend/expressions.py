@@ -31,6 +31,7 @@ from tilefoundry.frontend.operators import (
 )
 from tilefoundry.frontend.scopes import Environment, is_missing
 from tilefoundry.frontend.tile_window import TileWindow, tile
+from tilefoundry.frontend.transforms import is_function_transform
 from tilefoundry.ir.core import BindingName, Call, Expr, Metadata, Module
 from tilefoundry.ir.hir import Function, elaborate
 from tilefoundry.ir.types import TensorType, f32
@@ -331,7 +332,25 @@ class ExpressionBuilder:
             return self.surface_call(node, callee.entry.name, args, kwargs)
         if isinstance(callee, Function):
             return self._function_call(node, callee, args, kwargs)
+        if is_function_transform(callee):
+            return self._transform_call(node, callee, args, kwargs)
         return self._static_call(node, callee, args, kwargs)
+
+    def _transform_call(self, node: ast.Call, transform: Any, args: list, kwargs: dict) -> Any:
+        """`grad(f, argnums=1)` in a body: run at parse time on compile-time values (the
+        Function and its options); the Function it returns is then called like any @func."""
+        for value in [*args, *kwargs.values()]:
+            if is_runtime(value) and not isinstance(value, Function):
+                name = self.diag.source.snippet(node.func)
+                self.diag.refuse(
+                    node,
+                    f"'{name}' transforms a @func at compile time and cannot take a tensor",
+                    f"pass the function: {name}(f, ...)(tensors...)",
+                )
+        try:
+            return transform(*args, **kwargs)
+        except VerifyError as err:
+            raise self.diag.locate(err, node) from None
 
     def _function_call(self, node: ast.Call, callee: Function, args: list, kwargs: dict) -> Call:
         if kwargs:

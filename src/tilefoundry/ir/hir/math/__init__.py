@@ -17,3 +17,6 @@ __all__ = [
     "binary_kernels",
     "unary_kernels",
 ]
+
+# The VJP rules of both ops (registered on import).
+from tilefoundry.ir.hir.math import derivatives  # noqa: F401

@@ -35,6 +35,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
 
@@ -154,6 +155,48 @@ for _cls, _name in _SURFACE.items():
     register_access_relation(_cls)(_relation)
     register_eval(_cls)(_eval)
     register_surface(_name, _cls)
+
+
+def _relu_derivative(ad, x, y):
+    zero = ad.scalar(0.0, x)
+    return ad.tf.where(ad.tf.cmp_gt(x, zero), ad.scalar(1.0, x), zero)
+
+
+def _silu_derivative(ad, x, y):
+    """d(x s)/dx = s (1 + x (1 - s)), s = sigmoid(x)."""
+    tf = ad.tf
+    s = tf.sigmoid(x)
+    return tf.mul(s, tf.add(tf.mul(x, tf.sub(1.0, s)), 1.0))
+
+
+def _gelu_derivative(ad, x, y):
+    """d/dx of 0.5 x (1 + t), t = tanh(c (x + 0.044715 x^3)):
+    0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 * 0.044715 x^2)."""
+    tf = ad.tf
+    squared = tf.mul(x, x)
+    t = tf.tanh(tf.mul(tf.add(tf.mul(tf.mul(squared, x), 0.044715), x), _GELU_C))
+    slope = tf.mul(tf.add(tf.mul(squared, 3 * 0.044715), 1.0), _GELU_C)
+    inner = tf.mul(tf.mul(tf.sub(1.0, tf.mul(t, t)), slope), tf.mul(x, 0.5))
+    return tf.add(tf.mul(tf.add(t, 1.0), 0.5), inner)
+
+
+_DERIVATIVES = {
+    ReLU: _relu_derivative,  # 0 at 0, as JAX
+    Sigmoid: lambda ad, x, y: ad.tf.mul(y, ad.tf.sub(1.0, y)),
+    Tanh: lambda ad, x, y: ad.tf.sub(1.0, ad.tf.mul(y, y)),
+    Gelu: _gelu_derivative,
+    Silu: _silu_derivative,
+}
+"""dy/dx of each activation, written on the forward input x and result y."""
+
+
+def _vjp(call, ct, ad):
+    (x,) = call.args
+    return (lambda: ad.tf.mul(ct, _DERIVATIVES[type(call.target)](ad, x, call)),)
+
+
+for _cls in _DERIVATIVES:
+    register_vjp(_cls)(_vjp)
 register_fusion_kind(ReLU, FusionKind.ELEMENTWISE)
 register_fusion_kind(Sigmoid, FusionKind.ELEMENTWISE)
 register_fusion_kind(Tanh, FusionKind.ELEMENTWISE)

@@ -52,6 +52,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
 from tilefoundry.sharding.shard_reading import pending_partials
@@ -170,6 +171,48 @@ def _eval(op, args, out_type):
 
 register_surface("matmul", MatMul)
 register_fusion_kind(MatMul, FusionKind.CONTRACTION)
+
+
+def _swap_last(ad, x):
+    rank = x.type.rank
+    return ad.tf.transpose(x, (*range(rank - 2), rank - 1, rank - 2))
+
+
+def _as_matrix(ad, x, shape):
+    return x if tuple(x.type.shape) == shape else ad.tf.reshape(x, shape)
+
+
+@register_vjp(MatMul)
+def _vjp(call, ct, ad):
+    """torch matmul's transpose: a 1-D operand is the one-row (lhs) or one-column (rhs) matrix it
+    acts as, batch broadcasting is summed back (`ad.sum_to`), and a rank-2 weight under a batched
+    lhs (`x @ w`) contracts the batch and row axes together, so a split batch leaves the weight's
+    cotangent a pending sum (DESIGN §4.18), never a per-batch intermediate."""
+    tf = ad.tf
+    lhs, rhs = call.args
+    a_shape, b_shape = tuple(lhs.type.shape), tuple(rhs.type.shape)
+    if len(a_shape) == 1 and len(b_shape) == 1:
+        return lambda: tf.mul(ct, rhs), lambda: tf.mul(ct, lhs)
+    a = _as_matrix(ad, lhs, (1, *a_shape)) if len(a_shape) == 1 else lhs
+    b = _as_matrix(ad, rhs, (*b_shape, 1)) if len(b_shape) == 1 else rhs
+    out_shape = (*tuple(ct.type.shape)[: max(a.type.rank, b.type.rank) - 2],)
+    out_shape += (a.type.shape[-2], b.type.shape[-1])
+    g = _as_matrix(ad, ct, out_shape)
+
+    def d_lhs():
+        da = ad.sum_to(tf.matmul(g, _swap_last(ad, b)), a.type.shape)
+        return _as_matrix(ad, da, a_shape)
+
+    def d_rhs():
+        if b.type.rank == 2 and a.type.rank > 2:
+            k, n = b.type.shape
+            flat_a, flat_g = tf.reshape(a, (-1, k)), tf.reshape(g, (-1, n))
+            db = tf.matmul(tf.transpose(flat_a, (1, 0)), flat_g)
+        else:
+            db = ad.sum_to(tf.matmul(_swap_last(ad, a), g), b.type.shape)
+        return _as_matrix(ad, db, b_shape)
+
+    return d_lhs, d_rhs
 
 
 @register_validation_samples(MatMul)

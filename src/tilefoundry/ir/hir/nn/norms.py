@@ -47,6 +47,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
 
@@ -169,6 +170,43 @@ for _cls, _name in ((LayerNorm, "layer_norm"), (RMSNorm, "rms_norm")):
     register_surface(_name, _cls)
 register_fusion_kind(LayerNorm, FusionKind.REDUCTION)
 register_fusion_kind(RMSNorm, FusionKind.REDUCTION)
+
+
+def _mean_last_hir(ad, values):
+    return ad.tf.reduce(values, axes=(-1,), keepdim=True, kind="mean")
+
+
+def _normalised(ad, op, x):
+    """(x's centred form, 1 / sqrt(its mean square + eps)) recomputed on the forward x."""
+    tf = ad.tf
+    centred = tf.sub(x, _mean_last_hir(ad, x)) if isinstance(op, LayerNorm) else x
+    return centred, tf.rsqrt(tf.add(_mean_last_hir(ad, tf.mul(centred, centred)), op.eps))
+
+
+def _norm_vjp(call, ct, ad):
+    """With n = centred * r and g = ct * weight: dweight = sum(ct * n) and dbias = sum(ct) over
+    the leading axes, dx = r (g - mean(g n) n), less mean(g) for LayerNorm (the centring)."""
+    tf = ad.tf
+    op = call.target
+    x, weight, *_ = call.args
+    centred, r = _normalised(ad, op, x)
+    normalised = tf.mul(centred, r)
+
+    def d_x():
+        g = tf.mul(ct, weight)
+        inner = tf.sub(g, tf.mul(normalised, _mean_last_hir(ad, tf.mul(g, normalised))))
+        if isinstance(op, LayerNorm):
+            inner = tf.sub(inner, _mean_last_hir(ad, g))
+        return tf.mul(inner, r)
+
+    d_weight = lambda: ad.sum_to(tf.mul(ct, normalised), weight.type.shape)  # noqa: E731
+    if isinstance(op, LayerNorm):
+        return d_x, d_weight, lambda: ad.sum_to(ct, call.args[2].type.shape)
+    return d_x, d_weight
+
+
+register_vjp(LayerNorm)(_norm_vjp)
+register_vjp(RMSNorm)(_norm_vjp)
 
 register_validation_samples(LayerNorm)(
     lambda: [Sample(LayerNorm(), (operand(4, 8), operand(8), operand(8)))]

@@ -29,6 +29,8 @@ of k next to a complete q under one call).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from tilefoundry.errors import EvalError, VerifyError
@@ -64,6 +66,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, index_operand, operand
 from tilefoundry.sharding.shard_reading import pending_partials
@@ -253,6 +256,42 @@ def _spmd_lowering(op, operands, call):
 
 register_surface("rope", RoPE)
 register_fusion_kind(RoPE, FusionKind.BARRIER)
+
+
+def _transposed_sin(ad, sin):
+    """The sin cache s' with RoPE(ct, cos, s') = the transpose of RoPE(x, cos, sin): the rotation
+    R is antisymmetric (R^T = -R), and moving the elementwise sin across R swaps its halves, so
+    s' = -concat(s[:, d/2:], s[:, :d/2])."""
+    tf = ad.tf
+    half = sin.type.shape[1] // 2
+    swapped = tf.concat(
+        (tf.slice(sin, (None, half), (None, None)), tf.slice(sin, (None, 0), (None, half))), axis=1
+    )
+    return tf.neg(swapped)
+
+
+@register_vjp(RoPE)
+def _vjp(call, ct, ad):
+    """Both branches' cotangents come from one RoPE with the transposed sin cache; the caches
+    would need a scatter-add of their gathered rows (refused), pos_ids is an index."""
+    q, k, cos, sin, pos = call.args
+
+    @functools.cache
+    def transposed():
+        branches = (ad.zeros_like(x) if c is None else c for c, x in zip(ct, (q, k), strict=True))
+        return ad.tf.rope(*branches, cos, _transposed_sin(ad, sin), pos)
+
+    def branch(index):
+        return lambda: ad.tf.tuple_get_item(transposed(), index=index)
+
+    def cache():
+        ad.refuse(
+            "the cotangent of a rope cache needs a scatter-add of the rows it gathers, which "
+            "is not available yet",
+            "pass the caches as constants, or differentiate with respect to q and k only",
+        )
+
+    return branch(0), branch(1), cache, cache, None
 
 
 @register_validation_samples(RoPE)

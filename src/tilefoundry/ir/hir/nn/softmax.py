@@ -36,6 +36,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
 
@@ -110,6 +111,17 @@ def _eval_into(op, args, out_type, out):
 
 
 register_surface("softmax", SoftMax)
+
+
+@register_vjp(SoftMax)
+def _vjp(call, ct, ad):
+    """dx = y (ct - sum(ct y)) along the axis, y the forward result."""
+    tf = ad.tf
+    y = call
+    along = tf.reduce(tf.mul(ct, y), axes=(call.target.axis,), keepdim=True, kind="sum")
+    return (lambda: tf.mul(y, tf.sub(ct, along)),)
+
+
 register_fusion_kind(SoftMax, FusionKind.REDUCTION)
 
 

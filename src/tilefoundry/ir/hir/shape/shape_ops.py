@@ -37,6 +37,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_zero_cotangent,
 )
 from tilefoundry.rules.validation_samples import (
     Domain,
@@ -149,6 +150,8 @@ register_surface("shape_extract", ShapeExtract)
 register_surface("shape_compose", ShapeCompose)
 register_fusion_kind(ShapeExtract, FusionKind.BARRIER)
 register_fusion_kind(ShapeCompose, FusionKind.BARRIER)
+register_zero_cotangent(ShapeExtract, "its result is an integer dim")
+register_zero_cotangent(ShapeCompose, "its result is integer shape metadata")
 
 register_validation_samples(ShapeCompose)(
     lambda: [Sample(ShapeCompose(), (TupleOperand((constant_operand(4), constant_operand(8))),))]

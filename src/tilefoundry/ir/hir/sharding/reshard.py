@@ -58,6 +58,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
 
@@ -230,6 +231,15 @@ def _spmd_lowering(op: Reshard, operands, call):
 
 register_surface("reshard", Reshard)
 register_fusion_kind(Reshard, FusionKind.BARRIER)
+
+
+@register_vjp(Reshard, takes_pending=True)
+def _vjp(call, ct, ad):
+    """A Reshard is the identity on the global value, so its cotangent passes to x unchanged and
+    the transform completes or moves it in x's own state there (docs/autodiff.md: Broadcast ->
+    Split transposes to an all-gather, Partial(sum) -> Broadcast to no communication,
+    Partial(sum) -> Split to an all-gather, Split -> Broadcast to a local slice)."""
+    return (lambda: ct,)
 
 
 def _reshard_to(attrs_of: Callable[[Mesh], tuple]) -> Callable[[Mesh], Op]:

@@ -33,6 +33,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
 
@@ -86,6 +87,12 @@ def _eval(op: BroadcastTo, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("broadcast_to", BroadcastTo)
 register_fusion_kind(BroadcastTo, FusionKind.VIEW)
+
+
+@register_vjp(BroadcastTo)
+def _vjp(call, ct, ad):
+    """Each replica received the cotangent of its copy: sum them back."""
+    return (lambda: ad.sum_to(ct, call.args[0].type.shape),)
 
 
 @register_validation_samples(BroadcastTo)

@@ -31,6 +31,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
 
@@ -70,6 +71,16 @@ def _eval(op: Cast, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("cast", Cast)
 register_fusion_kind(Cast, FusionKind.ELEMENTWISE)
+
+
+@register_vjp(Cast)
+def _vjp(call, ct, ad):
+    """A float-to-float cast is the identity on values up to rounding: its cotangent is cast
+    back (an integer input has none; an integer result carries none, so it never gets here)."""
+    (x,) = call.args
+    if not x.type.dtype.is_float:
+        return (None,)
+    return (lambda: ad.tf.cast(ct, x.type.dtype),)
 
 
 @register_validation_samples(Cast)

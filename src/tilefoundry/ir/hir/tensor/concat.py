@@ -55,6 +55,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, TupleOperand, operand
 from tilefoundry.sharding.shard_reading import pending_partials
@@ -279,6 +280,32 @@ register_surface("concat", Concat)
 register_surface("stack", Stack)
 register_fusion_kind(Concat, FusionKind.BARRIER)
 register_fusion_kind(Stack, FusionKind.BARRIER)
+
+
+def _pieces(ct, ad, fields, axis: int, stacked: bool):
+    """The cotangent of each joined operand: its window of `ct` along the joined axis."""
+    pieces, start = [], 0
+    for field in fields:
+        extent = 1 if stacked else field.shape[axis]
+        leading = (None,) * axis
+        squeeze = (axis,) if stacked else ()
+        pieces.append(
+            ad.tf.slice(ct, (*leading, start), (*leading, start + extent), squeeze_axes=squeeze)
+        )
+        start += extent
+    return tuple(pieces)
+
+
+def _joined_vjp(call, ct, ad):
+    """Joining moves each element, so each operand's cotangent is its window of the result's."""
+    fields = call.args[0].type.fields
+    stacked = isinstance(call.target, Stack)
+    axis = normalize_axis(call.target, call.target.axis, fields[0].rank + int(stacked))
+    return (lambda: _pieces(ct, ad, fields, axis, stacked),)
+
+
+register_vjp(Concat)(_joined_vjp)
+register_vjp(Stack)(_joined_vjp)
 
 
 @register_validation_samples(Concat)

@@ -60,6 +60,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, constant_operand, operand
 
@@ -204,6 +205,20 @@ def _eval(op: DynamicSlice, args, out_type) -> np.ndarray:
 
 register_surface("dynamic_slice", DynamicSlice)
 register_fusion_kind(DynamicSlice, FusionKind.VIEW)
+
+
+@register_vjp(DynamicSlice)
+def _vjp(call, ct, ad):
+    """The window's cotangent written into zeros of x's type at the same (clamped) start: the
+    write clamps exactly as the read did, so the two are transposes for every start."""
+    op = call.target
+    x, start = call.args
+    return (
+        lambda: ad.tf.dynamic_update_slice(
+            ad.zeros_like(x), ct, start, axis=op.axis, scale=op.scale, offset=op.offset
+        ),
+        None,
+    )
 
 
 @register_validation_samples(DynamicSlice)

@@ -48,6 +48,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, constant_operand, operand
 
@@ -134,6 +135,20 @@ def _eval(op: DynamicUpdateSlice, args, out_type) -> np.ndarray:
 
 register_surface("dynamic_update_slice", DynamicUpdateSlice)
 register_fusion_kind(DynamicUpdateSlice, FusionKind.BARRIER)
+
+
+@register_vjp(DynamicUpdateSlice)
+def _vjp(call, ct, ad):
+    """x keeps its cotangent outside the (clamped) window, the update receives the window."""
+    op = call.target
+    _, update, start = call.args
+    window = {"axis": op.axis, "scale": op.scale, "offset": op.offset}
+    size = update.type.shape[op.axis % update.type.rank]
+    return (
+        lambda: ad.tf.dynamic_update_slice(ct, ad.zeros_like(update), start, **window),
+        lambda: ad.tf.dynamic_slice(ct, start, size=size, **window),
+        None,
+    )
 
 
 @register_validation_samples(DynamicUpdateSlice)

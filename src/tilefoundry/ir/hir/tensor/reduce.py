@@ -55,6 +55,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
 from tilefoundry.sharding.shard_regroup import logical_groups
@@ -306,6 +307,39 @@ def _spmd_lowering(op: Reduce, operands, call):
 
 register_surface("reduce", Reduce)
 register_fusion_kind(Reduce, FusionKind.REDUCTION)
+
+
+@register_vjp(Reduce)
+def _vjp(call, ct, ad):
+    """sum spreads the cotangent over the reduced axes, mean spreads it divided by the count,
+    and max / abs_max send it to the maximal elements, split evenly between ties (as JAX)."""
+    tf = ad.tf
+    op = call.target
+    (x,) = call.args
+    axes = _reduced_axes(op, x.type.rank)
+    kept = _out_shape(x.type, axes, keepdim=True)
+    shape = tuple(x.type.shape)
+
+    def spread(value):
+        value = value if op.keepdim else tf.reshape(value, kept)
+        return tf.broadcast_to(value, shape)
+
+    if op.kind is ReduceKind.SUM:
+        return (lambda: spread(ct),)
+    if op.kind is ReduceKind.MEAN:
+        count = math.prod(shape[a] for a in axes)
+        return (lambda: spread(tf.div(ct, float(count))),)
+
+    def to_extrema():
+        magnitude = tf.abs(x) if op.kind is ReduceKind.ABS_MAX else x
+        zero, one = ad.scalar(0.0, x), ad.scalar(1.0, x)
+        hits = tf.where(tf.cmp_eq(magnitude, spread(call)), one, zero)
+        share = tf.div(hits, tf.reduce(hits, axes=axes, keepdim=True, kind="sum"))
+        if op.kind is ReduceKind.ABS_MAX:
+            share = tf.mul(share, tf.where(tf.cmp_lt(x, zero), ad.scalar(-1.0, x), one))
+        return tf.mul(spread(ct), share)
+
+    return (to_extrema,)
 
 
 @register_validation_samples(Reduce)

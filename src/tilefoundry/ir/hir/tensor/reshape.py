@@ -47,6 +47,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
 from tilefoundry.sharding.shard_regroup import logical_groups
@@ -383,6 +384,12 @@ def _spmd_lowering(op: Reshape, operands, call):
 
 register_surface("reshape", Reshape)
 register_fusion_kind(Reshape, FusionKind.VIEW)
+
+
+@register_vjp(Reshape)
+def _vjp(call, ct, ad):
+    """A reshape moves no element, so its transpose reshapes the cotangent back."""
+    return (lambda: ad.tf.reshape(ct, tuple(call.args[0].type.shape)),)
 
 
 @register_validation_samples(Reshape)

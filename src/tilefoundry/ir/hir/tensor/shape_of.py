@@ -34,6 +34,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_zero_cotangent,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
 
@@ -128,6 +129,8 @@ register_surface("shape_of", ShapeOf)
 register_surface("rank", Rank)
 register_fusion_kind(ShapeOf, FusionKind.BARRIER)
 register_fusion_kind(Rank, FusionKind.BARRIER)
+register_zero_cotangent(ShapeOf, "its result is integer shape metadata")
+register_zero_cotangent(Rank, "its result is an integer")
 register_validation_samples(ShapeOf)(lambda: [Sample(ShapeOf(), (operand(4, 8),))])
 register_validation_samples(Rank)(lambda: [Sample(Rank(), (operand(4, 8),))])
 

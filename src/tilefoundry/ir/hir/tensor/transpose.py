@@ -34,6 +34,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
 
@@ -91,6 +92,14 @@ def _eval(op: Transpose, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("transpose", Transpose)
 register_fusion_kind(Transpose, FusionKind.VIEW)
+
+
+@register_vjp(Transpose)
+def _vjp(call, ct, ad):
+    """The transpose of a permutation is its inverse."""
+    perm = resolved_perm(call.target, call.args[0].type.rank)
+    inverse = tuple(sorted(range(len(perm)), key=perm.__getitem__))
+    return (lambda: ad.tf.transpose(ct, inverse),)
 
 
 @register_validation_samples(Transpose)

@@ -25,6 +25,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, TupleOperand, operand
 
@@ -82,6 +83,14 @@ def _spmd_lowering(op: TupleGetItem, operands, call):
 
 register_surface("tuple_get_item", TupleGetItem)
 register_fusion_kind(TupleGetItem, FusionKind.BARRIER)
+
+
+@register_vjp(TupleGetItem)
+def _vjp(call, ct, ad):
+    """The projected field receives the cotangent; the other fields receive none."""
+    fields = call.args[0].type.fields
+    index = call.target.index % len(fields)
+    return (lambda: tuple(ct if i == index else None for i in range(len(fields))),)
 
 
 @register_validation_samples(TupleGetItem)

@@ -34,6 +34,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import BOOL, Sample, operand
 
@@ -85,6 +86,20 @@ def _eval(op: Where, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("where", Where)
 register_fusion_kind(Where, FusionKind.ELEMENTWISE)
+
+
+@register_vjp(Where)
+def _vjp(call, ct, ad):
+    """Each branch receives the cotangent where it was selected, zero elsewhere; the bool
+    condition receives none."""
+    tf = ad.tf
+    cond, x, y = call.args
+    zero = ad.scalar(0.0, ct)
+    return (
+        None,
+        lambda: ad.sum_to(tf.where(cond, ct, zero), x.type.shape),
+        lambda: ad.sum_to(tf.where(cond, zero, ct), y.type.shape),
+    )
 
 
 @register_validation_samples(Where)

@@ -23,6 +23,7 @@ from tilefoundry.rules import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_zero_cotangent,
 )
 
 
@@ -73,6 +74,7 @@ def _eval(op: Zeros, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("zeros", Zeros)
 register_fusion_kind(Zeros, FusionKind.BARRIER)
+register_zero_cotangent(Zeros, "zeros has no inputs")
 register_not_sampled(Zeros, "it has no operand, so there is no input state to vary")
 
 

@@ -1,0 +1,97 @@
+"""The VJP rules of Binary and Unary (DESIGN §4.18), one derivative per kind.
+
+They live beside the two op modules rather than inside them because both are kind tables that
+grow (a new kind adds its derivative here, next to its siblings'). Each derivative is written in
+HIR ops on the forward values, so the backward program is typed by the forward's rules; torch
+broadcasting in the forward is transposed by `ad.sum_to`. Conventions are JAX's: max/min split a
+tie evenly between the operands, abs has derivative 0 at 0, and the piecewise-constant kinds
+(ceil, round, floor_div) pass no cotangent.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tilefoundry.ir.hir.math.binary import Binary, BinaryKind
+from tilefoundry.ir.hir.math.unary import Unary, UnaryKind
+from tilefoundry.rules import register_vjp
+
+_LN2 = math.log(2.0)
+
+
+def _extremum_share(ad, chosen, other, kind: BinaryKind):
+    """1 where `chosen` wins the max (or min), 1/2 on a tie, 0 where `other` wins."""
+    tf = ad.tf
+    wins = tf.cmp_gt(chosen, other) if kind == BinaryKind.MAX else tf.cmp_lt(chosen, other)
+    tie = tf.where(tf.cmp_eq(chosen, other), ad.scalar(0.5, chosen), ad.scalar(0.0, chosen))
+    return tf.where(wins, ad.scalar(1.0, chosen), tie)
+
+
+@register_vjp(Binary)
+def _binary_vjp(call, ct, ad):
+    tf = ad.tf
+    lhs, rhs = call.args
+    kind = call.target.kind
+
+    def to_lhs(value):
+        return lambda: ad.sum_to(value(), lhs.type.shape)
+
+    def to_rhs(value):
+        return lambda: ad.sum_to(value(), rhs.type.shape)
+
+    if kind == BinaryKind.ADD:
+        return to_lhs(lambda: ct), to_rhs(lambda: ct)
+    if kind == BinaryKind.SUB:
+        return to_lhs(lambda: ct), to_rhs(lambda: tf.neg(ct))
+    if kind == BinaryKind.MUL:
+        return to_lhs(lambda: tf.mul(ct, rhs)), to_rhs(lambda: tf.mul(ct, lhs))
+    if kind == BinaryKind.DIV:
+        return (
+            to_lhs(lambda: tf.div(ct, rhs)),
+            to_rhs(lambda: tf.neg(tf.div(tf.mul(ct, call), rhs))),
+        )
+    if kind in (BinaryKind.MAX, BinaryKind.MIN):
+        return (
+            to_lhs(lambda: tf.mul(ct, _extremum_share(ad, lhs, rhs, kind))),
+            to_rhs(lambda: tf.mul(ct, _extremum_share(ad, rhs, lhs, kind))),
+        )
+    if kind == BinaryKind.MOD:
+        return to_lhs(lambda: ct), to_rhs(lambda: tf.neg(tf.mul(ct, tf.floor_div(lhs, rhs))))
+    return None, None  # floor_div is piecewise constant; comparisons and logic give bools
+
+
+def _abs_derivative(ad, x, y):
+    tf = ad.tf
+    zero, one = ad.scalar(0.0, x), ad.scalar(1.0, x)
+    negative = tf.where(tf.cmp_lt(x, zero), ad.scalar(-1.0, x), zero)
+    return tf.where(tf.cmp_gt(x, zero), one, negative)
+
+
+_UNARY_DERIVATIVES = {
+    # kind: (ad, x, y = the forward result) -> dy/dx, each a forward value
+    UnaryKind.NEG: None,
+    UnaryKind.ABS: _abs_derivative,
+    UnaryKind.RSQRT: lambda ad, x, y: ad.tf.mul(ad.tf.mul(y, ad.tf.mul(y, y)), -0.5),
+    UnaryKind.RELU: lambda ad, x, y: ad.tf.where(
+        ad.tf.cmp_gt(x, ad.scalar(0.0, x)), ad.scalar(1.0, x), ad.scalar(0.0, x)
+    ),
+    UnaryKind.SQUARE: lambda ad, x, y: ad.tf.mul(x, 2.0),
+    UnaryKind.EXP: lambda ad, x, y: y,
+    UnaryKind.LOG: lambda ad, x, y: ad.tf.div(1.0, x),
+    UnaryKind.EXP2: lambda ad, x, y: ad.tf.mul(y, _LN2),
+    UnaryKind.LOG2: lambda ad, x, y: ad.tf.div(1.0, ad.tf.mul(x, _LN2)),
+}
+"""The kinds with a derivative; NEG is linear (its cotangent is the negated one). CEIL and ROUND
+are piecewise constant and NOT is bool, so they pass no cotangent."""
+
+
+@register_vjp(Unary)
+def _unary_vjp(call, ct, ad):
+    kind = call.target.kind
+    if kind not in _UNARY_DERIVATIVES:
+        return (None,)
+    derivative = _UNARY_DERIVATIVES[kind]
+    if derivative is None:
+        return (lambda: ad.tf.neg(ct),)
+    (x,) = call.args
+    return (lambda: ad.tf.mul(ct, derivative(ad, x, call)),)

@@ -1,0 +1,181 @@
+# ruff: noqa: F821
+# Dtype names inside Tensor[...] are strings that ruff reads as forward references.
+"""The public surface of reverse mode (DESIGN §3, §4.18; docs/autodiff.md): `grad`,
+`value_and_grad` and `vjp` take a Function and return an ordinary typed Function, callable from a
+DSL body like any @func, with JAX's conventions for argnums, integer inputs and scalar losses.
+
+Every expected value is an independent numpy formula of the same math, never the transform's own
+output."""
+
+import numpy as np
+import pytest
+
+import tilefoundry
+from tilefoundry import Tensor, VerifyError, func, grad, value_and_grad, vjp
+from tilefoundry.dsl import tf
+from tilefoundry.errors import UnsupportedError
+from tilefoundry.evaluator import evaluate
+from tilefoundry.ir.hir import Function
+from tilefoundry.passes import compile as compile_pipeline
+from tilefoundry.passes import verify
+
+RNG = np.random.default_rng(25)
+X = RNG.standard_normal((4, 8))
+W = RNG.standard_normal((8, 16)) / 4
+
+
+@func
+def loss(x: Tensor[(4, 8), "f64"], w: Tensor[(8, 16), "f64"]):
+    return tf.reduce(tf.tanh(x @ w), axes=(0, 1), keepdim=False, kind="sum")
+
+
+def loss_gradients(x, w):
+    """d/dx and d/dw of sum(tanh(x @ w)), by hand."""
+    back = 1.0 - np.tanh(x @ w) ** 2
+    return back @ w.T, x.T @ back
+
+
+def test_the_transforms_are_public():
+    assert tilefoundry.grad is grad
+    assert tilefoundry.value_and_grad is value_and_grad
+    assert tilefoundry.vjp is vjp
+
+
+def test_grad_returns_an_ordinary_verified_function():
+    g = grad(loss, argnums=1)
+    assert isinstance(g, Function)
+    assert [p.name for p in g.params] == ["x", "w"]
+    assert g.return_type == loss.params[1].type
+    verify(g)
+    np.testing.assert_allclose(evaluate(g, X, W), loss_gradients(X, W)[1], rtol=1e-12)
+
+
+def test_grad_with_a_tuple_of_argnums_returns_a_tuple():
+    gx, gw = evaluate(grad(loss, argnums=(0, 1)), X, W)
+    want_x, want_w = loss_gradients(X, W)
+    np.testing.assert_allclose(gx, want_x, rtol=1e-12)
+    np.testing.assert_allclose(gw, want_w, rtol=1e-12)
+
+
+def test_value_and_grad_shares_the_forward_program():
+    value, (_, gw) = evaluate(value_and_grad(loss, argnums=(0, 1)), X, W)
+    np.testing.assert_allclose(value, np.tanh(X @ W).sum(), rtol=1e-12)
+    np.testing.assert_allclose(gw, loss_gradients(X, W)[1], rtol=1e-12)
+    # one forward matmul feeds both the value and the backward program
+    text = tilefoundry.inspect.printer.format_ir(value_and_grad(loss, argnums=(0, 1)))
+    assert text.count("matmul(%x, %w)") == 1
+
+
+def test_vjp_takes_the_output_cotangent_and_returns_outputs_and_cotangents():
+    @func
+    def layer(x: Tensor[(4, 8), "f64"], w: Tensor[(8, 16), "f64"]):
+        return tf.tanh(x @ w)
+
+    f = vjp(layer)
+    assert [p.name for p in f.params] == ["x", "w", "d_out"]
+    ct = RNG.standard_normal((4, 16))
+    out, (dx, dw) = evaluate(f, X, W, ct)
+    back = ct * (1.0 - np.tanh(X @ W) ** 2)
+    np.testing.assert_allclose(out, np.tanh(X @ W), rtol=1e-12)
+    np.testing.assert_allclose(dx, back @ W.T, rtol=1e-12)
+    np.testing.assert_allclose(dw, X.T @ back, rtol=1e-12)
+
+
+def test_the_gradient_is_callable_from_a_dsl_body():
+    """The brief's spelling: `loss, (g1, g2) = value_and_grad(loss_fn, argnums=(1, 2))(...)`."""
+
+    @func
+    def step(x: Tensor[(4, 8), "f64"], w: Tensor[(8, 16), "f64"]):
+        value, (_, gw) = value_and_grad(loss, argnums=(0, 1))(x, w)
+        return value, w - gw * 0.1
+
+    value, updated = evaluate(step, X, W)
+    np.testing.assert_allclose(value, np.tanh(X @ W).sum(), rtol=1e-12)
+    np.testing.assert_allclose(updated, W - 0.1 * loss_gradients(X, W)[1], rtol=1e-12)
+
+
+def test_a_called_function_is_differentiated_per_call_site():
+    @func
+    def scale(a: Tensor[(4, 8), "f64"], b: Tensor[(4, 8), "f64"]):
+        return a * b
+
+    @func
+    def twice(x: Tensor[(4, 8), "f64"], y: Tensor[(4, 8), "f64"]):
+        return tf.reduce(scale(x, y) + scale(x, x), axes=(0, 1), keepdim=False, kind="sum")
+
+    y = RNG.standard_normal((4, 8))
+    gx, gy = evaluate(grad(twice, argnums=(0, 1)), X, y)
+    np.testing.assert_allclose(gx, y + 2 * X, rtol=1e-12)
+    np.testing.assert_allclose(gy, X, rtol=1e-12)
+
+
+def test_integer_inputs_get_no_cotangent_and_cannot_be_named():
+    @func
+    def masked(x: Tensor[(8,), "f64"], keep: Tensor[(8,), "i32"]):
+        kept = tf.where(keep > np.int32(0), x * x, 0.0)
+        return tf.reduce(kept, axes=(0,), keepdim=False, kind="sum")
+
+    keep = np.array([1, 0, 1, 1, 0, 0, 1, 0], np.int32)
+    x = RNG.standard_normal(8)
+    np.testing.assert_allclose(evaluate(grad(masked), x, keep), 2 * x * (keep > 0), rtol=1e-12)
+    with pytest.raises(VerifyError, match=r"parameter 'keep' .* i32.* has no cotangent") as err:
+        grad(masked, argnums=1)
+    assert "test_api.py" in str(err.value)  # located at the function
+    (only,) = evaluate(vjp(masked), x, keep, np.float64(1.0))[1]  # vjp: float inputs only
+    np.testing.assert_allclose(only, 2 * x * (keep > 0), rtol=1e-12)
+
+
+def test_grad_needs_a_rank_0_float_output():
+    @func
+    def vector(x: Tensor[(4, 8), "f64"]):
+        return x * 2.0
+
+    with pytest.raises(VerifyError, match="differentiates a rank-0 float"):
+        grad(vector)
+
+
+@pytest.mark.parametrize("argnums", [2, (0, 0), "w", -3])
+def test_bad_argnums_are_refused(argnums):
+    with pytest.raises(VerifyError, match="argnums"):
+        grad(loss, argnums=argnums)
+
+
+def test_a_parameter_that_does_not_reach_the_output_has_a_zero_gradient():
+    @func
+    def ignores(x: Tensor[(4, 8), "f64"], w: Tensor[(8, 16), "f64"]):
+        return tf.reduce(x, axes=(0, 1), keepdim=False, kind="sum")
+
+    gx, gw = evaluate(grad(ignores, argnums=(0, 1)), X, W)
+    np.testing.assert_array_equal(gx, np.ones_like(X))
+    np.testing.assert_array_equal(gw, np.zeros_like(W))
+
+
+def test_an_op_without_a_rule_is_refused_up_front_at_its_line():
+    @func
+    def looks_up(table: Tensor[(8, 4), "f64"], ids: Tensor[(3,), "i32"]):
+        rows = tf.gather(table, ids, axis=0)
+        return tf.reduce(rows, axes=(0, 1), keepdim=False, kind="sum")
+
+    with pytest.raises(UnsupportedError, match=r"Gather: reverse-mode .* no VJP rule") as err:
+        grad(looks_up)
+    assert "test_api.py" in str(err.value)
+
+
+def test_a_loop_over_a_differentiated_value_is_refused_at_its_line():
+    @func
+    def repeated(x: Tensor[(4,), "f64"]):
+        for _ in range(3):
+            x = x * x
+        return tf.reduce(x, axes=(0,), keepdim=False, kind="sum")
+
+    with pytest.raises(UnsupportedError, match=r"GridRegionExpr: .* loop") as err:
+        grad(repeated)
+    assert "test_api.py" in str(err.value)
+
+
+def test_a_compiled_program_is_differentiated_before_compile_not_after():
+    fused = compile_pipeline(loss)[0]
+    with pytest.raises(UnsupportedError, match=r"FusionRegion: .* before `compile`"):
+        grad(fused)
+    gradient, _ = compile_pipeline(grad(loss, argnums=1))
+    np.testing.assert_allclose(evaluate(gradient, X, W), loss_gradients(X, W)[1], rtol=1e-12)

@@ -1,0 +1,55 @@
+"""Every op is differentiable, declares a zero cotangent, or is refused by the transform (issue 25
+item 2, DESIGN §4.18): the refused set is explicit and sorted, so adding an op without deciding
+fails here, and landing a rule for a refused op fails here until the set shrinks."""
+
+import pytest
+
+import tilefoundry.ir.hir  # noqa: F401  (importing HIR registers every op module)
+from tilefoundry.ir.core import Op
+from tilefoundry.rules import TYPEINFER, VJP, ZERO_COTANGENT
+
+HIR_OPS = sorted(
+    (
+        cls
+        for cls in TYPEINFER.registered()
+        if isinstance(cls, type)
+        and issubclass(cls, Op)
+        and cls.__module__.startswith("tilefoundry.ir.hir.")
+    ),
+    key=lambda cls: cls.__name__,
+)
+
+REFUSED_BY_THE_TRANSFORM = [
+    "CacheUpdate",  # the transpose of a runtime-length write needs an iota mask
+    "Conv2D",  # the transposed convolution
+    "Gather",  # needs scatter_add (the transpose of gather)
+    "InsertSlice",  # a runtime multi-axis window read
+    "Local",  # a per-device value has no global cotangent
+    "TopK",  # the values' transpose is a scatter_add into the indices
+]
+"""Ops the transform refuses up front (a located UnsupportedError naming the op)."""
+
+
+def test_the_refused_set_is_sorted():
+    assert sorted(REFUSED_BY_THE_TRANSFORM) == REFUSED_BY_THE_TRANSFORM
+
+
+@pytest.mark.parametrize("op_class", HIR_OPS, ids=lambda cls: cls.__name__)
+def test_every_op_is_differentiated_declared_or_refused(op_class):
+    name = op_class.__name__
+    kinds = [
+        kind
+        for kind, present in (
+            ("rule", VJP.has(op_class)),
+            ("zero cotangent", ZERO_COTANGENT.has(op_class)),
+            ("refused", name in REFUSED_BY_THE_TRANSFORM),
+        )
+        if present
+    ]
+    assert len(kinds) == 1, f"{name}: {kinds or 'no VJP rule, no zero cotangent, not refused'}"
+
+
+def test_every_zero_cotangent_declaration_says_why():
+    for op_class in ZERO_COTANGENT.registered():
+        reason = ZERO_COTANGENT.lookup(op_class)()
+        assert isinstance(reason, str) and reason, op_class.__name__
