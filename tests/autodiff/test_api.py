@@ -7,6 +7,8 @@ DSL body like any @func, with JAX's conventions for argnums, integer inputs and 
 Every expected value is an independent numpy formula of the same math, never the transform's own
 output."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -179,3 +181,15 @@ def test_a_compiled_program_is_differentiated_before_compile_not_after():
         grad(fused)
     gradient, _ = compile_pipeline(grad(loss, argnums=1))
     np.testing.assert_allclose(evaluate(gradient, X, W), loss_gradients(X, W)[1], rtol=1e-12)
+
+
+def test_a_refused_transform_in_a_dsl_body_points_at_the_call():
+    with pytest.raises(VerifyError, match="argnums") as err:
+
+        @func
+        def step(x: Tensor[(4, 8), "f64"], w: Tensor[(8, 16), "f64"]):
+            return grad(loss, argnums=5)(x, w)
+
+    source = Path(__file__).read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if "argnums=5)(x" in text)
+    assert f"test_api.py:{line}:" in str(err.value)

@@ -32,7 +32,7 @@ from tilefoundry.frontend.operators import (
 from tilefoundry.frontend.scopes import Environment, is_missing
 from tilefoundry.frontend.tile_window import TileWindow, tile
 from tilefoundry.frontend.transforms import is_function_transform
-from tilefoundry.ir.core import BindingName, Call, Expr, Metadata, Module
+from tilefoundry.ir.core import BindingName, Call, Expr, Metadata, Module, source_span
 from tilefoundry.ir.hir import Function, elaborate
 from tilefoundry.ir.types import TensorType, f32
 from tilefoundry.ir.types.shard import Mesh, MeshAxis, Partial
@@ -350,6 +350,9 @@ class ExpressionBuilder:
         try:
             return transform(*args, **kwargs)
         except VerifyError as err:
+            spans = {source_span(a) for a in args if isinstance(a, Function)}
+            if err.location in spans:  # about the call (its argnums...), not inside the callee
+                err = type(err)(err.message)
             raise self.diag.locate(err, node) from None
 
     def _function_call(self, node: ast.Call, callee: Function, args: list, kwargs: dict) -> Call:
