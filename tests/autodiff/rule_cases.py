@@ -1,0 +1,341 @@
+"""The VJP rule cases: op x shapes / attributes, each with the same math written in jax.numpy.
+
+A case builds its forward program from typed parameters with the DSL's own `tf` namespace and
+names an independent jax spelling of the same math; `test_rules.py` checks the transform's VJP of
+every case against central finite differences in float64 on the evaluator and against
+`jax.vjp`. Inputs are drawn inside each op's smooth domain (away from relu's and abs's kink,
+positive where a log or a divisor needs it, distinct values for max/min). Integer and bool inputs
+are fixed data (an index, a mask): they have no cotangent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tilefoundry.dsl import tf
+from tilefoundry.ir.core import Call, Expr, Var
+from tilefoundry.ir.hir import Function
+from tilefoundry.ir.hir.math import Unary, UnaryKind
+from tilefoundry.ir.types import DType, make_tensor_type
+from tilefoundry.visitor_registry import TypeInferContext
+
+REAL, POSITIVE, AWAY_FROM_ZERO, TIES = "real", "positive", "away from zero", "ties"
+
+
+@dataclass(frozen=True)
+class Input:
+    """A float parameter drawn from `domain`, or fixed integer/bool data (`value`)."""
+
+    shape: tuple[int, ...]
+    dtype: str = "f64"
+    domain: str = REAL
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    inputs: tuple[Input, ...]
+    build: Callable[..., Expr]
+    """(*parameter Vars) -> the forward body, built with `tf`."""
+    math: Callable[..., Any]
+    """(jnp, *arrays) -> the same math in jax.numpy (a tuple for a tuple output)."""
+    tolerance: float = 1e-6
+    tags: frozenset = field(default_factory=frozenset)
+    argnums: tuple[int, ...] | None = None
+    """The inputs to differentiate (None: every float input)."""
+
+    def program(self) -> Function:
+        params = tuple(
+            Var(f"a{i}", make_tensor_type(inp.shape, DType.from_name(inp.dtype)))
+            for i, inp in enumerate(self.inputs)
+        )
+        body = self.build(*params)
+        return Function(self.name.replace(" ", "_"), params, body, TypeInferContext().infer(body))
+
+    def arrays(self, seed: int = 0) -> tuple[np.ndarray, ...]:
+        rng = np.random.default_rng(seed)
+        out = []
+        for inp in self.inputs:
+            if inp.value is not None:
+                out.append(np.asarray(inp.value, dtype=np.dtype(_NUMPY[inp.dtype])))
+                continue
+            values = rng.standard_normal(inp.shape)
+            if inp.domain == POSITIVE:
+                values = 0.5 + np.abs(values)
+            elif inp.domain == AWAY_FROM_ZERO:
+                values = np.sign(values) * (0.3 + np.abs(values))
+            elif inp.domain == TIES:
+                values = np.round(values)  # a few integers: many exact ties
+            out.append(values.astype(_NUMPY[inp.dtype]))
+        return tuple(out)
+
+
+_NUMPY = {"f64": np.float64, "f32": np.float32, "f16": np.float16, "i32": np.int32, "bool": bool}
+
+
+def _unary(kind: UnaryKind) -> Callable[[Expr], Expr]:
+    """A Unary kind without a surface spelling (UnaryKind.RELU is nn.ReLU's `tf.relu`)."""
+    return lambda x: _typed(Call(Unary(kind=kind), (x,)))
+
+
+def _typed(node: Expr) -> Expr:
+    TypeInferContext().infer(node)
+    return node
+
+
+def _f(*shape: int, domain: str = REAL, dtype: str = "f64") -> Input:
+    return Input(tuple(shape), dtype, domain)
+
+
+def _rms_norm(jnp, x, w, eps=1e-6):
+    return x / jnp.sqrt(jnp.mean(x * x, -1, keepdims=True) + eps) * w
+
+
+def _layer_norm(jnp, x, w, b, eps=1e-5):
+    centred = x - jnp.mean(x, -1, keepdims=True)
+    return centred / jnp.sqrt(jnp.mean(centred * centred, -1, keepdims=True) + eps) * w + b
+
+
+def _rope(jnp, x, cos, sin, pos):
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos[pos] + rotated * sin[pos]
+
+
+def _softmax(jnp, x, axis):
+    shifted = jnp.exp(x - jnp.max(x, axis=axis, keepdims=True))
+    return shifted / jnp.sum(shifted, axis=axis, keepdims=True)
+
+
+def _gelu(jnp, x):
+    return 0.5 * x * (1.0 + jnp.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def _sigmoid(jnp, x):
+    return 1.0 / (1.0 + jnp.exp(-x))
+
+
+POSITIONS = np.array([3, 0, 5, 1], np.int32)
+MASK = np.array([[True, False, True, True], [False, False, True, False]] * 2)
+START = np.int32(2)
+
+CASES: tuple[Case, ...] = (
+    # ---- Binary (torch broadcasting transposed by summing back) ---------------------------
+    Case("add", (_f(4, 8), _f(4, 8)), tf.add, lambda jnp, a, b: a + b),
+    Case("add row", (_f(4, 8), _f(8)), tf.add, lambda jnp, a, b: a + b),
+    Case("add column", (_f(4, 1), _f(4, 8)), tf.add, lambda jnp, a, b: a + b),
+    Case("sub", (_f(2, 4, 8), _f(4, 1)), tf.sub, lambda jnp, a, b: a - b),
+    Case("mul", (_f(4, 8), _f(1, 8)), tf.mul, lambda jnp, a, b: a * b),
+    Case("mul scalar", (_f(4, 8),), lambda a: tf.mul(a, 3.0), lambda jnp, a: a * 3.0),
+    Case(
+        "div",
+        (_f(4, 8), _f(8, domain=POSITIVE)),
+        tf.div,
+        lambda jnp, a, b: a / b,
+    ),
+    Case("maximum", (_f(4, 8), _f(4, 8)), tf.maximum, lambda jnp, a, b: jnp.maximum(a, b)),
+    Case("minimum row", (_f(4, 8), _f(8)), tf.minimum, lambda jnp, a, b: jnp.minimum(a, b)),
+    Case(
+        "maximum ties",  # JAX splits a tie's cotangent evenly between the operands
+        (_f(4, 8, domain=TIES), _f(4, 8, domain=TIES)),
+        tf.maximum,
+        lambda jnp, a, b: jnp.maximum(a, b),
+        tags=frozenset({"no finite differences"}),
+    ),
+    Case(
+        "mod",
+        (_f(4, 8), _f(4, 8, domain=POSITIVE)),
+        tf.mod,
+        lambda jnp, a, b: jnp.mod(a, b),
+        tags=frozenset({"no finite differences"}),  # jumps where a / b crosses an integer
+    ),
+    Case(
+        "floor_div",
+        (_f(4, 8), _f(4, 8, domain=POSITIVE)),
+        lambda a, b: tf.add(tf.floor_div(a, b), a),
+        lambda jnp, a, b: jnp.floor_divide(a, b) + a,
+        tags=frozenset({"no finite differences"}),
+    ),
+    # ---- Unary -----------------------------------------------------------------------------
+    Case("neg", (_f(4, 8),), tf.neg, lambda jnp, x: -x),
+    Case("abs", (_f(4, 8, domain=AWAY_FROM_ZERO),), tf.abs, lambda jnp, x: jnp.abs(x)),
+    Case("rsqrt", (_f(4, 8, domain=POSITIVE),), tf.rsqrt, lambda jnp, x: 1.0 / jnp.sqrt(x)),
+    Case(
+        "unary relu",
+        (_f(4, 8, domain=AWAY_FROM_ZERO),),
+        _unary(UnaryKind.RELU),
+        lambda jnp, x: jnp.maximum(x, 0.0),
+    ),
+    Case("square", (_f(4, 8),), tf.square, lambda jnp, x: x * x),
+    Case("exp", (_f(4, 8),), tf.exp, lambda jnp, x: jnp.exp(x)),
+    Case("log", (_f(4, 8, domain=POSITIVE),), tf.log, lambda jnp, x: jnp.log(x)),
+    Case("exp2", (_f(4, 8),), tf.exp2, lambda jnp, x: jnp.exp2(x)),
+    Case("log2", (_f(4, 8, domain=POSITIVE),), tf.log2, lambda jnp, x: jnp.log2(x)),
+    Case(
+        "ceil and round",
+        (_f(4, 8),),
+        lambda x: tf.add(tf.add(tf.ceil(x), tf.round(x)), x),
+        lambda jnp, x: jnp.ceil(x) + jnp.round(x) + x,
+        tags=frozenset({"no finite differences"}),
+    ),
+    # ---- MatMul (torch matmul, 1-D promotion, batch broadcasting) ---------------------------
+    Case("matmul", (_f(4, 8), _f(8, 3)), tf.matmul, lambda jnp, a, b: a @ b),
+    Case("matmul vector lhs", (_f(8), _f(8, 3)), tf.matmul, lambda jnp, a, b: a @ b),
+    Case("matmul vector rhs", (_f(4, 8), _f(8)), tf.matmul, lambda jnp, a, b: a @ b),
+    Case("matmul dot", (_f(8), _f(8)), tf.matmul, lambda jnp, a, b: a @ b),
+    Case("matmul batched weight", (_f(2, 4, 8), _f(8, 3)), tf.matmul, lambda jnp, a, b: a @ b),
+    Case("matmul batched", (_f(2, 4, 8), _f(2, 8, 3)), tf.matmul, lambda jnp, a, b: a @ b),
+    Case("matmul batch broadcast", (_f(1, 4, 8), _f(2, 8, 3)), tf.matmul, lambda j, a, b: a @ b),
+    Case("matmul vector batched", (_f(8), _f(2, 8, 3)), tf.matmul, lambda jnp, a, b: a @ b),
+    Case("matmul rank-2 lhs", (_f(4, 8), _f(2, 8, 3)), tf.matmul, lambda jnp, a, b: a @ b),
+    # ---- Reduce -----------------------------------------------------------------------------
+    *(
+        Case(
+            f"reduce {kind} axes {axes} keepdim {keep}",
+            (_f(3, 4, 5),),
+            lambda x, kind=kind, axes=axes, keep=keep: tf.reduce(
+                x, axes=axes, keepdim=keep, kind=kind
+            ),
+            lambda jnp, x, kind=kind, axes=axes, keep=keep: {
+                "sum": jnp.sum,
+                "mean": jnp.mean,
+                "max": jnp.max,
+                "abs_max": lambda v, **kw: jnp.max(jnp.abs(v), **kw),
+            }[kind](x, axis=axes, keepdims=keep),
+        )
+        for kind in ("sum", "mean", "max", "abs_max")
+        for axes, keep in (((1,), False), ((0, 2), True), ((0, 1, 2), False))
+    ),
+    Case(
+        "reduce max ties",  # JAX splits the cotangent evenly between tied maxima
+        (_f(3, 4, 5, domain=TIES),),
+        lambda x: tf.reduce(x, axes=(1,), keepdim=False, kind="max"),
+        lambda jnp, x: jnp.max(x, axis=1),
+        tags=frozenset({"no finite differences"}),
+    ),
+    # ---- shape and structure ----------------------------------------------------------------
+    Case(
+        "reshape", (_f(4, 6),), lambda x: tf.reshape(x, (2, 3, 4)), lambda j, x: x.reshape(2, 3, 4)
+    ),
+    Case(
+        "transpose",
+        (_f(2, 3, 4),),
+        lambda x: tf.transpose(x, (2, 0, 1)),
+        lambda jnp, x: jnp.transpose(x, (2, 0, 1)),
+    ),
+    Case(
+        "broadcast_to",
+        (_f(4, 1),),
+        lambda x: tf.broadcast_to(x, (3, 4, 5)),
+        lambda jnp, x: jnp.broadcast_to(x, (3, 4, 5)),
+    ),
+    Case(
+        "cast f32 to f16",
+        (_f(4, 8, dtype="f32"),),
+        lambda x: tf.cast(x, "f16"),
+        lambda jnp, x: x.astype(jnp.float16),
+        tolerance=1e-3,
+        tags=frozenset({"no finite differences"}),  # the rounding of f16 is the derivative's noise
+    ),
+    Case(
+        "slice",
+        (_f(6, 8),),
+        lambda x: tf.slice(x, (1, 2), (5, 7)),
+        lambda jnp, x: x[1:5, 2:7],
+    ),
+    Case(
+        "slice integer index",
+        (_f(6, 8),),
+        lambda x: tf.slice(x, (2, None), (3, None), squeeze_axes=(0,)),
+        lambda jnp, x: x[2],
+    ),
+    Case(
+        "concat",
+        (_f(2, 3), _f(4, 3)),
+        lambda a, b: tf.concat((a, b), axis=0),
+        lambda jnp, a, b: jnp.concatenate([a, b], axis=0),
+    ),
+    Case(
+        "concat an operand twice",
+        (_f(2, 3), _f(2, 2)),
+        lambda a, b: tf.concat((a, b, a), axis=1),
+        lambda jnp, a, b: jnp.concatenate([a, b, a], axis=1),
+    ),
+    Case(
+        "stack",
+        (_f(2, 3), _f(2, 3)),
+        lambda a, b: tf.stack((a, b), axis=1),
+        lambda jnp, a, b: jnp.stack([a, b], axis=1),
+    ),
+    Case(
+        "where",
+        (Input((4, 4), "bool", value=MASK[:4]), _f(4, 4), _f(4)),
+        tf.where,
+        lambda jnp, c, x, y: jnp.where(c, x, y),
+    ),
+    Case(
+        "dynamic_slice",
+        (_f(8, 3), Input((), "i32", value=START)),
+        lambda x, s: tf.dynamic_slice(x, s, axis=0, size=3, scale=2, offset=1),
+        lambda jnp, x, s: x[2 * 2 + 1 : 2 * 2 + 4],
+    ),
+    Case(
+        "dynamic_update_slice",
+        (_f(8, 3), _f(2, 3), Input((), "i32", value=START)),
+        lambda x, u, s: tf.dynamic_update_slice(x, u, s, axis=0),
+        lambda jnp, x, u, s: x.at[2:4].set(u),
+    ),
+    # ---- nn ---------------------------------------------------------------------------------
+    Case(
+        "softmax last",
+        (_f(3, 5),),
+        lambda x: tf.softmax(x, axis=-1),
+        lambda jnp, x: _softmax(jnp, x, -1),
+    ),
+    Case(
+        "softmax first",
+        (_f(3, 5),),
+        lambda x: tf.softmax(x, axis=0),
+        lambda jnp, x: _softmax(jnp, x, 0),
+    ),
+    Case("rms_norm", (_f(3, 8), _f(8)), tf.rms_norm, lambda jnp, x, w: _rms_norm(jnp, x, w)),
+    Case(
+        "rms_norm eps",
+        (_f(2, 3, 8), _f(8)),
+        lambda x, w: tf.rms_norm(x, w, eps=0.5),
+        lambda jnp, x, w: _rms_norm(jnp, x, w, 0.5),
+    ),
+    Case(
+        "layer_norm",
+        (_f(3, 8), _f(8), _f(8)),
+        tf.layer_norm,
+        lambda jnp, x, w, b: _layer_norm(jnp, x, w, b),
+    ),
+    Case("relu", (_f(4, 8, domain=AWAY_FROM_ZERO),), tf.relu, lambda j, x: j.maximum(x, 0.0)),
+    Case("sigmoid", (_f(4, 8),), tf.sigmoid, _sigmoid),
+    Case("tanh", (_f(4, 8),), tf.tanh, lambda jnp, x: jnp.tanh(x)),
+    Case("gelu", (_f(4, 8),), tf.gelu, _gelu),
+    Case("silu", (_f(4, 8),), tf.silu, lambda jnp, x: x * _sigmoid(jnp, x)),
+    Case(
+        "rope",
+        (_f(2, 4, 8), _f(3, 4, 8), _f(6, 8), _f(6, 8), Input((4,), "i32", value=POSITIONS)),
+        lambda q, k, cos, sin, pos: tf.rope(q, k, cos, sin, pos),
+        lambda jnp, q, k, cos, sin, pos: (
+            _rope(jnp, q, cos, sin, pos),
+            _rope(jnp, k, cos, sin, pos),
+        ),
+        argnums=(0, 1),  # a cache's cotangent needs a scatter-add (refused)
+    ),
+    Case(
+        "rope one branch",
+        (_f(2, 4, 8), _f(3, 4, 8), _f(6, 8), _f(6, 8), Input((4,), "i32", value=POSITIONS)),
+        lambda q, k, cos, sin, pos: tf.tuple_get_item(tf.rope(q, k, cos, sin, pos), index=1),
+        lambda jnp, q, k, cos, sin, pos: _rope(jnp, k, cos, sin, pos),
+        argnums=(0, 1),  # a cache's cotangent needs a scatter-add (refused)
+    ),
+)
