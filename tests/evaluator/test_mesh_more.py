@@ -312,6 +312,16 @@ def test_rope_with_q_seq_split_leaves_the_replicated_k_branch_whole():
     close(k_out, rope(k, cos, sin, pos))
 
 
+def test_rope_with_q_heads_split_and_k_plain():
+    """One branch on no mesh at all (k and the caches plain): it runs whole on the caller's
+    mesh rather than failing to find one (the backward of a split-q RoPE builds such calls)."""
+    f = rope_program(sh((2, 4, 8), S(0), mesh=PAIR), plain((3, 4, 8)))
+    q, k, cos, sin, pos = rope_inputs()
+    q_out, k_out = evaluate(f, q, k, cos, sin, pos)
+    close(q_out, rope(q, cos, sin, pos))
+    close(k_out, rope(k, cos, sin, pos))
+
+
 # -- the validator --------------------------------------------------------------------------------
 
 _RULED = ("Gather", "Concat", "Stack", "InsertSlice", "CacheUpdate", "Reshape", "ShapeOf", "Rank")

@@ -89,20 +89,25 @@ class ShardedCall:
         arg_types: Sequence[Type],
         out_type: Type,
         out_shapes: Sequence[tuple[int, ...]],
+        mesh: Mesh | None = None,
     ):
         self.op, self.args = op, tuple(args)
         self.arg_types, self.out_type = tuple(arg_types), out_type
         self.out_fields = out_type.fields if isinstance(out_type, TupleType) else (out_type,)
         self.out_shapes = tuple(out_shapes)
         self.where = type(op).__name__
-        self.mesh = self._common_mesh()
+        self.mesh = self._common_mesh(mesh)
         self.coords = devices(self.mesh, self.where)
         self.per_device = any(is_per_device(leaf) for leaf in _leaves(self.args))
 
-    def _common_mesh(self) -> Mesh:
+    def _common_mesh(self, enclosing: Mesh | None) -> Mesh:
+        """The one mesh the call's values live on; a part of a call recalled on plain values
+        only (one RoPE branch of replicated q next to a split k) runs on its caller's mesh."""
         held = [v.mesh for v in _leaves(self.args) if isinstance(v, MeshValue)]
         made = [f.layout.mesh for f in self.out_fields if isinstance(f.layout, ShardLayout)]
         meshes = held + made
+        if not meshes and enclosing is not None:
+            return enclosing
         if all(m == meshes[0] for m in meshes[1:]):
             return meshes[0]
         # A move between two views of one device set (a Reshard: arguments on one mesh, results
@@ -139,7 +144,7 @@ class ShardedCall:
     ) -> ShardedCall:
         """The same op on other arguments, for a rule that runs part of the op on its own (one
         branch of a multi-result op whose branches the domain would otherwise tie together)."""
-        return ShardedCall(self.op, args, arg_types, out_type, out_shapes)
+        return ShardedCall(self.op, args, arg_types, out_type, out_shapes, self.mesh)
 
     def redistribute(self, value: Any) -> Any:
         """Reshard: `value` moved to the call's result layout (complete, then redistribute)."""
