@@ -79,23 +79,23 @@ class Builder:
         """The transpose of torch broadcasting `shape` up to `cotangent`'s shape: sum over the
         leading axes broadcasting added and over the size-1 axes it stretched.
 
-        The leading axes (a batch, typically) are summed as a contraction with ones, like a
+        Each leading axis (a batch, typically) is summed as a contraction with ones, like a
         matmul weight's gradient, so a split batch leaves a pending sum that the transform
-        completes where the cotangent is read, rather than an all-reduce here."""
+        completes where the cotangent is read, rather than an all-reduce here. One axis at a
+        time: merging it with the axes after it keeps any Split the outermost factor of its
+        axis (the canonical layout every exit reads)."""
         tf = self.tf
         shape = tuple(shape)
         have = tuple(cotangent.type.shape)
         if have == shape:
             return cotangent
         lead = len(have) - len(shape)
-        if lead:
-            rest = have[lead:]
-            rows = tf.reshape(cotangent, (-1, math.prod(rest)))
-            ones = tf.broadcast_to(self.scalar(1.0, cotangent), (rows.type.shape[0],))
+        for _ in range(lead):
+            extent, rest = cotangent.type.shape[0], tuple(cotangent.type.shape[1:])
+            rows = tf.reshape(cotangent, (extent, math.prod(rest)))
+            ones = tf.broadcast_to(self.scalar(1.0, cotangent), (extent,))
             cotangent = tf.reshape(tf.matmul(ones, rows), rest)
-        stretched = tuple(
-            i for i, extent in enumerate(shape) if extent == 1 and have[lead + i] != 1
-        )
+        stretched = tuple(i for i, e in enumerate(shape) if e == 1 and have[lead + i] != 1)
         if stretched:
             cotangent = tf.reduce(cotangent, axes=stretched, keepdim=True, kind="sum")
         return cotangent

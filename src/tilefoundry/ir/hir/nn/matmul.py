@@ -36,6 +36,7 @@ from tilefoundry.ir.hir.op_support import (
     refuse_partials,
     result_storage,
     same_dtype,
+    split_owners,
     tensor_operands,
 )
 from tilefoundry.ir.hir.whole_axis import whole_axis_relations
@@ -204,7 +205,7 @@ def _vjp(call, ct, ad):
         return _as_matrix(ad, da, a_shape)
 
     def d_rhs():
-        if b.type.rank == 2 and a.type.rank > 2:
+        if b.type.rank == 2 and a.type.rank > 2 and not _splits_inner_rows(a, g):
             k, n = b.type.shape
             flat_a, flat_g = tf.reshape(a, (-1, k)), tf.reshape(g, (-1, n))
             db = tf.matmul(tf.transpose(flat_a, (1, 0)), flat_g)
@@ -213,6 +214,17 @@ def _vjp(call, ct, ad):
         return _as_matrix(ad, db, b_shape)
 
     return d_lhs, d_rhs
+
+
+def _splits_inner_rows(*values) -> bool:
+    """Whether merging the batch and row axes would make a Split an inner factor of the merged
+    axis (a layout no exit reads): some axis after the first of them is split."""
+    for value in values:
+        rows = range(1, value.type.rank - 1)
+        owners = split_owners(op_name(MatMul()), value.type).values()
+        if any(axis in rows for axis, _, _ in owners):
+            return True
+    return False
 
 
 @register_validation_samples(MatMul)
