@@ -1,0 +1,84 @@
+"""What runs inside the 8-device worker (conftest.py) for the Llama gradients: ours on 8 XLA
+devices (as written and after `compile`), JAX's `jax.jit(jax.grad(...))` with the same
+NamedShardings, and the collectives of both compiled programs. Only names, numpy arrays and
+plain records cross the process boundary."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def jax_collectives(hlo_text: str) -> list[tuple[str, int]]:
+    """(kind, result bytes per device) of each collective in a compiled, per-device HLO, read
+    the way benchmarks/communication.py reads the forward's."""
+    sys.path.insert(0, str(BENCHMARKS))
+    from communication import hlo_collectives
+
+    return [(c["kind"], c["out_bytes"]) for c in hlo_collectives(hlo_text)]
+
+
+def ours(name: str, arrays: tuple, compiled: bool) -> tuple[str, Any]:
+    """("ok", (gradients, collectives)) or ("error", "<ErrorClass>: <message>")."""
+    from llama.llama_grad_cases import gradient
+    from tilefoundry.exits.spmd import collective_report
+    from tilefoundry.exits.xla import run_xla
+    from tilefoundry.passes import compile as compile_pipeline
+
+    fn = gradient(name)
+    try:
+        if compiled:
+            fn = compile_pipeline(fn)[0]
+        result = run_xla(fn, *arrays, devices=8)
+        report = [
+            (e.kind.replace("_", "-"), e.mesh_axes, e.result_bytes_per_device, e.source)
+            for e in collective_report(fn)
+            for _ in range(e.count)
+        ]
+        return "ok", (tuple(result), report)
+    except Exception as err:  # reported to the test, which decides what it means
+        return "error", f"{type(err).__name__}: {getattr(err, 'message', err)}"
+
+
+def jax_gradients(name: str, arrays: tuple) -> tuple[tuple, list[tuple[str, int]]]:
+    """JAX's gradients of the same loss, jitted with every parameter's sharding as input and
+    output sharding, and the collectives of its compiled program."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from llama.llama_grad_cases import PARAMETERS, SPECS, jax_loss
+
+    devices = np.array(jax.devices())
+    mesh = (
+        Mesh(devices.reshape(2, 4), ("dp", "tp"))
+        if name == "llama_dp_tp"
+        else Mesh(devices, ("tp",))
+    )
+    shardings = tuple(NamedSharding(mesh, PartitionSpec(*spec)) for spec in SPECS[name])
+
+    def constrain(value, spec):
+        return jax.lax.with_sharding_constraint(value, NamedSharding(mesh, PartitionSpec(*spec)))
+
+    grads = jax.grad(jax_loss(name, constrain), argnums=tuple(range(len(PARAMETERS))))
+    jitted = jax.jit(grads, in_shardings=shardings, out_shardings=shardings)
+    placed = [jax.device_put(a, s) for a, s in zip(arrays, shardings, strict=True)]
+    compiled = jitted.lower(*placed).compile()
+    result = tuple(np.asarray(g) for g in compiled(*placed))
+    return result, jax_collectives(compiled.as_text())
+
+
+def accumulation_collectives(name: str) -> list[tuple[str, tuple, int]]:
+    """(kind, mesh axes, bytes) of a two-micro-batch step that sums pending gradients
+    (`reduce_gradients=False`) and completes them once."""
+    from llama.llama_grad_cases import accumulation_step
+    from tilefoundry.exits.spmd import collective_report
+
+    return [
+        (e.kind, e.mesh_axes, e.result_bytes_per_device)
+        for e in collective_report(accumulation_step(name))
+        for _ in range(e.count)
+    ]
