@@ -20,16 +20,19 @@ import numpy as np
 import pytest
 
 import tilefoundry.ir.hir  # noqa: F401  (registers every op)
-from tilefoundry import vjp
+from tilefoundry import grad, vjp
+from tilefoundry.dsl import tf
 from tilefoundry.errors import VerifyError
 from tilefoundry.evaluator import evaluate
 from tilefoundry.evaluator.validation_inputs import draw_truth
 from tilefoundry.ir.core import Call, Tuple, Var
 from tilefoundry.ir.hir import Function
+from tilefoundry.ir.hir.walk import iter_nodes
 from tilefoundry.ir.types import make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, P, Split, make_mesh
 from tilefoundry.passes import verify
 from tilefoundry.visitor_registry import VALIDATION_SAMPLES, VJP, TypeInferContext
+from tilefoundry.visitor_registry.shard_reading import canonical_splits
 
 MESHES = (make_mesh((4,), ("x",)), make_mesh((2, 2), ("a", "b")))
 NOT_DIFFERENTIATED = {"RoPE": ("cos_cache", "sin_cache")}
@@ -160,3 +163,36 @@ def test_the_sharded_backward_equals_the_unsharded_backward(sample, mesh):
             )
         checked += 1
     assert checked, "no sharded input state of this sample types"
+
+
+SEQ = make_mesh((4,), ("tp",))
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda x, w: tf.matmul(x, w),
+        lambda x, w: tf.rms_norm(x, tf.reduce(w, axes=(1,), keepdim=False, kind="sum")),
+    ],
+    ids=["x @ w", "rms_norm"],
+)
+def test_a_sequence_split_backward_keeps_every_layout_canonical(build):
+    """The SPMD exit reads only canonical layouts (each Split the outermost factor of its
+    logical axis): the backward of a (batch, seq @ tp, hidden) activation must not merge the
+    split seq axis into an inner factor (MatMul's weight gradient, sum_to's batch sums)."""
+    x = Var("x", make_shard_tensor_type((2, 8, 16), mesh=SEQ, attrs=(Split(1),)))
+    w = Var("w", make_tensor_type((16, 16)))
+    body = tf.reduce(build(x, w), axes=(0, 1, 2), keepdim=False, kind="sum")
+    fn = Function("f", (x, w), body, TypeInferContext().infer(body))
+    backward = grad(fn, argnums=(0, 1))
+    for node in iter_nodes(backward.body):
+        canonical_splits(node.type, "test", "the SPMD exit")  # raises on an inner-factor split
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal((2, 8, 16)), rng.standard_normal((16, 16))
+    twin_x = Var("x", make_tensor_type((2, 8, 16)))
+    twin_body = tf.reduce(build(twin_x, w), axes=(0, 1, 2), keepdim=False, kind="sum")
+    twin = Function("g", (twin_x, w), twin_body, TypeInferContext().infer(twin_body))
+    got = evaluate(backward, *[v.astype(np.float32) for v in values])
+    want = evaluate(grad(twin, argnums=(0, 1)), *[v.astype(np.float32) for v in values])
+    for g, t in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, t, rtol=1e-4, atol=1e-4 * float(np.max(np.abs(t))))
