@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.dsl import tf
 from tilefoundry.ir.core import Call, Expr, Var
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.hir.math import Unary, UnaryKind
 from tilefoundry.ir.types import DType, make_tensor_type
-from tilefoundry.visitor_registry import TypeInferContext
 
 REAL, POSITIVE, AWAY_FROM_ZERO, TIES = "real", "positive", "away from zero", "ties"
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tilefoundry import vjp
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.dsl import tf
 from tilefoundry.evaluator import evaluate
 from tilefoundry.inspect.shard_view import reshard_collectives
@@ -17,7 +18,6 @@ from tilefoundry.ir.hir.walk import iter_nodes
 from tilefoundry.ir.types import make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, P, S, make_mesh
 from tilefoundry.passes import verify
-from tilefoundry.visitor_registry import TypeInferContext
 
 MESH = make_mesh((4,), ("x",))
 SHAPE = (8, 8)

@@ -21,6 +21,7 @@ import pytest
 
 import tilefoundry.ir.hir  # noqa: F401  (registers every op)
 from tilefoundry import grad, vjp
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.dsl import tf
 from tilefoundry.errors import VerifyError
 from tilefoundry.evaluator import evaluate
@@ -31,8 +32,8 @@ from tilefoundry.ir.hir.walk import iter_nodes
 from tilefoundry.ir.types import make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, P, Split, make_mesh
 from tilefoundry.passes import verify
-from tilefoundry.visitor_registry import VALIDATION_SAMPLES, VJP, TypeInferContext
-from tilefoundry.visitor_registry.shard_reading import canonical_splits
+from tilefoundry.rules import VALIDATION_SAMPLES, VJP
+from tilefoundry.sharding.shard_reading import canonical_splits
 
 MESHES = (make_mesh((4,), ("x",)), make_mesh((2, 2), ("a", "b")))
 NOT_DIFFERENTIATED = {"RoPE": ("cos_cache", "sin_cache")}

@@ -18,10 +18,10 @@ import numpy as np
 from llama import llama_cases as cases
 from llama import llama_reference as reference
 from tilefoundry import grad
+from tilefoundry.analysis import TypeInferContext
 from tilefoundry.dsl import tf
 from tilefoundry.ir.core import Call, Constant, Tuple, Var
 from tilefoundry.ir.hir import Function
-from tilefoundry.visitor_registry import TypeInferContext
 
 VARIANTS = ("llama_tp", "llama_dp_tp", "llama_sp")
 PARAMETERS = ("x", *reference.WEIGHT_NAMES)
