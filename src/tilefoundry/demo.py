@@ -4,8 +4,10 @@ A transformer block (examples/transformer_block.py) runs end to end on the refer
 is compiled (legalize, verify, fuse, verify) and the fused program is checked against the
 original; the CuTe layout algebra and the seed's sharded layout (shard-layout §7.5) get a few
 lines; a wrong sharding is refused at compile time; the Megatron MLP runs on 8 simulated devices;
-a tensor-parallel Llama decoder layer (examples/llama.py) runs on 8 simulated devices; and where jax
-is installed the block runs on XLA, and the Megatron MLP and the Llama layer on 8 XLA devices.
+a tensor-parallel Llama decoder layer (examples/llama.py) runs on 8 simulated devices; the gradient
+of a Megatron MLP loss (examples/megatron_grad.py, `value_and_grad`) runs there too; and where jax
+is installed the block runs on XLA, and the Megatron MLP, the Llama layer and the gradient on 8 XLA
+devices.
 Every number printed is computed here at run time, and a sharded result is compared with plain
 float64 numpy: `run_demo` returns False (the command exits 1) when one disagrees. A step the
 compiler still refuses is reported with its refusal, and claims nothing.
@@ -224,7 +226,50 @@ def _llama(out: TextIO):
     return layer, arrays, want, _agrees(out, "simulated", got, want)
 
 
-def _xla(out: TextIO, block, block_arrays, block_result, mlp, mlp_arrays, mlp_result, llama):
+def _gradient_numpy(arrays: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    """The loss of examples/megatron_grad.py, mean((relu(x @ w1) @ w2 - target)^2), and its
+    gradients with respect to x, w1 and w2, derived by hand in float64 numpy."""
+    x, w1, w2, target = (a.astype(np.float64) for a in arrays)
+    pre = x @ w1
+    error = np.maximum(pre, 0) @ w2 - target
+    d_out = 2 * error / error.size
+    d_pre = (d_out @ w2.T) * (pre > 0)
+    return np.mean(error * error), d_pre @ w1.T, x.T @ d_pre, np.maximum(pre, 0).T @ d_out
+
+
+def _gradients(out: TextIO):
+    """value_and_grad of the Megatron MLP's loss on the simulated mesh: its collectives (what
+    the types made the backward communicate) and its gradients against numpy."""
+    _section(out, f"gradients: value_and_grad on {DEMO_DEVICES} simulated devices")
+    step = _load("megatron_grad", "train_step")
+    arrays = _inputs(step, seed=3)
+    want = _gradient_numpy(arrays)
+    out.write(
+        "examples/megatron_grad.py train_step = value_and_grad(loss, argnums=(0, 1, 2)): the "
+        "backward is typed by the forward's rules (d w1, d w2 split as the weights; d x a "
+        f"pending sum over tp); the SPMD exit emits {_collectives_in_words(step)}\n"
+    )
+    got = _scaled(evaluate(step, *arrays), want)
+    expected = _scaled(want, want)
+    return step, arrays, want, _agrees(out, "loss and gradients, simulated", got, expected)
+
+
+def _scaled(result, want: tuple[np.ndarray, ...]) -> np.ndarray:
+    """(value, (gradients...)) or (value, gradients...) as one vector, each piece divided by
+    the largest magnitude of its numpy answer, so agreement is relative to each gradient."""
+    value, *rest = result
+    pieces = [value, *(rest[0] if len(rest) == 1 and isinstance(rest[0], tuple) else rest)]
+    return np.concatenate(
+        [
+            np.ravel(p) / max(float(np.max(np.abs(w))), 1e-30)
+            for p, w in zip(pieces, want, strict=True)
+        ]
+    )
+
+
+def _xla(
+    out: TextIO, block, block_arrays, block_result, mlp, mlp_arrays, mlp_result, llama, gradients
+):
     """Runs the XLA steps; False when a result it prints disagrees with numpy."""
     _section(out, "XLA (through the StableHLO exit)")
     if importlib.util.find_spec("jax") is None:
@@ -252,14 +297,20 @@ def _xla(out: TextIO, block, block_arrays, block_result, mlp, mlp_arrays, mlp_re
         )
     except UnsupportedError as err:
         out.write(f"Megatron MLP on {DEMO_DEVICES} XLA devices: not available ({err.message})\n")
-    layer, layer_arrays, layer_want = llama
-    label = f"Llama TP layer on {DEMO_DEVICES} XLA devices"
-    try:
-        on_devices = run_xla(layer, *layer_arrays, devices=DEMO_DEVICES)
-    except UnsupportedError as err:
-        out.write(f"{label}: not yet, the SPMD exit refuses it ({err.message})\n")
-        return True
-    return _agrees(out, label, on_devices, layer_want)
+    agreed = True
+    for fn, fn_arrays, want, label in (
+        (*llama, f"Llama TP layer on {DEMO_DEVICES} XLA devices"),
+        (*gradients, f"Megatron MLP loss and gradients on {DEMO_DEVICES} XLA devices"),
+    ):
+        try:
+            on_devices = run_xla(fn, *fn_arrays, devices=DEMO_DEVICES)
+        except UnsupportedError as err:
+            out.write(f"{label}: not yet, the SPMD exit refuses it ({err.message})\n")
+            continue
+        if isinstance(want, tuple):  # the loss and its gradients
+            on_devices, want = _scaled(on_devices, want), _scaled(want, want)
+        agreed = _agrees(out, label, on_devices, want) and agreed
+    return agreed
 
 
 def run_demo(out: TextIO) -> bool:
@@ -273,6 +324,7 @@ def run_demo(out: TextIO) -> bool:
     _sharding(out)
     mlp, mlp_arrays, mlp_result = _megatron_reference(out)
     layer, layer_arrays, layer_want, simulated = _llama(out)
+    step, step_arrays, step_want, differentiated = _gradients(out)
     on_xla = _xla(
         out,
         block,
@@ -282,5 +334,6 @@ def run_demo(out: TextIO) -> bool:
         mlp_arrays,
         mlp_result,
         (layer, layer_arrays, layer_want),
+        (step, step_arrays, step_want),
     )
-    return simulated and on_xla
+    return simulated and differentiated and on_xla
