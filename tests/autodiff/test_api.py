@@ -193,3 +193,18 @@ def test_a_refused_transform_in_a_dsl_body_points_at_the_call():
     source = Path(__file__).read_text().splitlines()
     line = next(i for i, text in enumerate(source, 1) if "argnums=5)(x" in text)
     assert f"test_api.py:{line}:" in str(err.value)
+
+
+def test_the_worked_example_communicates_only_what_its_types_say():
+    """docs/autodiff.md's worked example: `show` lists two all-reduces, the forward's and the
+    input gradient's (Megatron's f); the weight gradients are split as the weights."""
+    from tilefoundry.frontend import parse_source
+    from tilefoundry.inspect.shard_view import value_rows
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "megatron_grad.py"
+    step = parse_source(path.read_text(), str(path))["train_step"]
+    verify(step)
+    collectives = [row.collectives for row in value_rows(step) if row.collectives]
+    assert collectives == [("tp: all-reduce(sum)",)] * 2
+    _, d_w1, d_w2 = step.return_type.fields[1].fields
+    assert d_w1 == step.params[1].type and d_w2 == step.params[2].type
