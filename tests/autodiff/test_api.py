@@ -18,6 +18,7 @@ from tilefoundry.dsl import tf
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.evaluator import evaluate
 from tilefoundry.ir.hir import Function
+from tilefoundry.ir.types.shard import B, Layout, P, ShardLayout, make_mesh
 from tilefoundry.passes import compile as compile_pipeline
 from tilefoundry.passes import verify
 
@@ -208,3 +209,18 @@ def test_the_worked_example_communicates_only_what_its_types_say():
     assert collectives == [("tp: all-reduce(sum)",)] * 2
     _, d_w1, d_w2 = step.return_type.fields[1].fields
     assert d_w1 == step.params[1].type and d_w2 == step.params[2].type
+
+
+def test_differentiating_through_a_pending_max_is_refused_at_its_line():
+    """DESIGN §4.18: a Partial(max) value has no cotangent state until it is completed."""
+    mesh = make_mesh((4,), ("x",))
+    replicated = ShardLayout(Layout((8,)), (B,), mesh)
+
+    @func
+    def completes_a_max(v: Tensor[(8, {mesh.x @ P("max")}), "f64"]):
+        whole = tf.reshard(v, layout=replicated, storage="gmem")
+        return tf.reduce(whole, axes=(0,), keepdim=False, kind="sum")
+
+    with pytest.raises(UnsupportedError, match=r"Partial\(max\) .* complete it first") as err:
+        grad(completes_a_max)
+    assert "test_api.py" in str(err.value)

@@ -95,7 +95,7 @@ def _apply_rule(
             "reverse-mode differentiation has no VJP rule for this op",
             "differentiate with respect to inputs that do not reach it, or complete the rule",
         )
-    _refuse_pending_extrema(call, ad)
+    _refuse_pending_extrema(call, varied, ad)
     if op_class not in VJP_TAKES_PENDING:
         total = _settled(total, call.type, ad)
     try:
@@ -116,11 +116,11 @@ def _settled(cotangent: Cotangent, type_: object, ad: Builder) -> Cotangent:
     return settled(cotangent, type_, ad)
 
 
-def _refuse_pending_extrema(call: Call, ad: Builder) -> None:
-    """DESIGN §4.18: a pending max/min has no cotangent state (which addend holds the extremum
-    is not known until it is completed)."""
-    for type_ in (call.type, *(a.type for a in call.args)):
-        if not isinstance(type_, TensorType) or not type_.dtype.is_float:
+def _refuse_pending_extrema(call: Call, varied: set[Expr], ad: Builder) -> None:
+    """DESIGN §4.18: a differentiated value pending a max/min has no cotangent state (which
+    addend holds the extremum is not known until it is completed)."""
+    for type_ in (call.type, *(a.type for a in call.args if a in varied)):
+        if not isinstance(type_, TensorType):
             continue
         for axis, reduction in pending_partials(type_).items():
             if reduction != "sum":

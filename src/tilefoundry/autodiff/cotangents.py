@@ -4,7 +4,7 @@ A value used several times (fan-out) receives one contribution per use. They are
 own types (two pending sums on the same mesh axes add as pending sums, with no collective), equal
 types first, so that a collective the sum still needs runs once on the total rather than once per
 contribution; only two contributions the add rule refuses are moved to a common state first
-(`reshard_policy.addable`). A tuple-valued forward value (a RoPE, a Tuple) holds one accumulator
+(`reshard_policy.added`). A tuple-valued forward value (a RoPE, a Tuple) holds one accumulator
 per field, so a TupleGetItem contributes to its field only.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from tilefoundry.autodiff.builder import Builder
-from tilefoundry.autodiff.reshard_policy import addable
+from tilefoundry.autodiff.reshard_policy import added
 from tilefoundry.errors import InternalCompilerError
 from tilefoundry.ir.core import Expr
 from tilefoundry.ir.types import TensorType, TupleType
@@ -90,5 +90,5 @@ def _sum(slot: Any, type_: Any, ad: Builder) -> Cotangent:
     totals = list(groups.values())
     total = totals[0]
     for other in totals[1:]:
-        total = ad.tf.add(*addable(total, other, type_, ad))
+        total = added(total, other, type_, ad)
     return total

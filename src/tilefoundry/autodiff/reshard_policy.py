@@ -12,30 +12,29 @@ must change state, and that Reshard is the collective (`show` prints it):
   the identity on the global value, so its pending cotangent passes to its input and is completed
   there, in the input's state (the transpose of an all-gather is one reduce-scatter);
 - two contributions of one value that the add rule cannot add in their own types are brought to
-  the cheaper common state first (`addable`);
+  the cheaper common state first (`added`: a pending sum next to a split one is reduce-scattered
+  into that Split, not all-reduced);
 - a returned parameter gradient takes its parameter's type (`parameter_gradient`), or, with
   `reduce_gradients=False`, keeps every pending sum pending (zero collectives for a data-parallel
   weight) and otherwise takes the parameter's type.
+
+States are compared per mesh axis on *logical* axes (which logical axis a Split cuts), so two
+values whose layouts factor the same tensor differently still compare; a target is built as the
+canonical layout of its states (the form every exit reads).
 """
 
 from __future__ import annotations
 
 from tilefoundry.autodiff.builder import Builder
-from tilefoundry.errors import VerifyError
+from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.ir.core import Expr
 from tilefoundry.ir.types import StorageKind, TensorType
-from tilefoundry.ir.types.shard import B, Layout, Partial, ShardLayout, Split
-from tilefoundry.ir.types.shard.int_tuple import flatten
-from tilefoundry.sharding.shard_reading import pending_partials
+from tilefoundry.ir.types.shard import B, Mesh, Partial, ShardLayout, Split
+from tilefoundry.ir.types.shard.shard_layout import canonical_shard_layout
+from tilefoundry.sharding.shard_reading import axis_splits, pending_partials
 
-
-def _sugar(layout: ShardLayout, attrs: tuple) -> ShardLayout:
-    """`attrs` over `layout`'s positions with strides left to the Reshard (the sugar form)."""
-    return ShardLayout(Layout(layout.layout.shape), attrs, layout.mesh)
-
-
-def _same_positions(a: ShardLayout, b: ShardLayout) -> bool:
-    return a.mesh == b.mesh and flatten(a.layout.shape) == flatten(b.layout.shape)
+States = tuple
+"""Per mesh axis: Split(logical axis), B, or Partial(reduction)."""
 
 
 def cotangent_layout(primal: TensorType) -> ShardLayout | None:
@@ -48,20 +47,38 @@ def cotangent_layout(primal: TensorType) -> ShardLayout | None:
     return ShardLayout(layout.layout, attrs, layout.mesh)
 
 
-def _completed_attrs(cotangent: ShardLayout, primal: TensorType) -> tuple | None:
-    """Per mesh axis, the cotangent's state after `settled` (None: no such attrs over the
-    cotangent's own positions, so the primal's cotangent layout is used instead)."""
-    source = primal.layout if isinstance(primal.layout, ShardLayout) else None
-    if source is not None and not _same_positions(cotangent, source):
+def _states(type_: TensorType, mesh: Mesh) -> States | None:
+    """`type_`'s state per axis of `mesh` (all B for a plain type, None when it lives on another
+    mesh or a Split factors no single logical axis)."""
+    layout = type_.layout
+    if not isinstance(layout, ShardLayout):
+        return (B,) * mesh.rank
+    if layout.mesh != mesh:
         return None
-    attrs = []
-    for axis, attr in enumerate(cotangent.attrs):
-        held = source.attrs[axis] if source is not None else B
-        if isinstance(attr, Partial) or (isinstance(held, Partial) and isinstance(attr, Split)):
-            attr = held if isinstance(held, Split) else B
-        attrs.append(attr)
-    splits = [a.axis for a in attrs if isinstance(a, Split)]
-    return tuple(attrs) if len(splits) == len(set(splits)) else None
+    try:
+        splits = axis_splits(type_, "reverse mode", "the transform", inner_factors=True)
+    except UnsupportedError:
+        return None
+    states = [B if a == B else a for a in layout.attrs]
+    for logical_axis, split in splits.items():
+        for mesh_axis in split.mesh_axes:
+            states[mesh_axis] = Split(logical_axis)
+    return tuple(states)
+
+
+def _moved(value: Expr, states: States, fallback: ShardLayout | None, storage, ad: Builder):
+    """`value` resharded to the canonical layout of `states` (to `fallback` when no such
+    layout exists, e.g. an extent the mesh does not divide); `value` itself when unchanged."""
+    layout = value.type.layout
+    if _states(value.type, layout.mesh) == states:
+        return value
+    try:
+        target = canonical_shard_layout(tuple(value.type.shape), layout.mesh, states)
+    except VerifyError:
+        if fallback is None:
+            raise
+        target = fallback
+    return ad.reshard(value, target, storage)
 
 
 def settled(cotangent: Expr, primal: TensorType, ad: Builder) -> Expr:
@@ -69,32 +86,62 @@ def settled(cotangent: Expr, primal: TensorType, ad: Builder) -> Expr:
     layout = cotangent.type.layout
     if not isinstance(layout, ShardLayout):
         return cotangent
-    source = primal.layout if isinstance(primal.layout, ShardLayout) else None
-    pending = pending_partials(cotangent.type)
-    gathers = source is not None and any(
-        isinstance(held, Partial) and isinstance(attr, Split)
-        for held, attr in zip(source.attrs, layout.attrs, strict=False)
-    )
-    if not pending and not gathers:
-        return cotangent
-    attrs = _completed_attrs(layout, primal)
-    target = _sugar(layout, attrs) if attrs is not None else cotangent_layout(primal)
-    return ad.reshard(cotangent, target, _storage(primal))
+    have = _states(cotangent.type, layout.mesh)
+    held = _states(primal, layout.mesh)
+    if have is None or held is None:
+        if not pending_partials(cotangent.type):
+            return cotangent
+        return ad.reshard(cotangent, _fallback(cotangent, primal), _storage(primal))
+    wanted = []
+    for attr, primal_attr in zip(have, held, strict=True):
+        if isinstance(attr, Partial) or (isinstance(primal_attr, Partial) and attr != B):
+            attr = primal_attr if isinstance(primal_attr, Split) else B
+        wanted.append(attr)
+    return _moved(cotangent, tuple(wanted), _fallback(cotangent, primal), _storage(primal), ad)
 
 
-def addable(a: Expr, b: Expr, primal: TensorType, ad: Builder) -> tuple[Expr, Expr]:
-    """Two contributions brought to states the add rule accepts: each settled first (a pending
-    sum completed where the other is not pending it), and when that is not enough both moved to
-    the primal's cotangent layout."""
-    a, b = settled(a, primal, ad), settled(b, primal, ad)
+def _fallback(cotangent: Expr, primal: TensorType) -> ShardLayout:
+    """The primal's cotangent layout, or (a plain primal) the cotangent's own mesh replicated."""
+    target = cotangent_layout(primal)
+    if target is not None:
+        return target
+    layout = cotangent.type.layout
+    states = (B,) * layout.mesh.rank
+    return canonical_shard_layout(tuple(cotangent.type.shape), layout.mesh, states)
+
+
+def added(a: Expr, b: Expr, primal: TensorType, ad: Builder) -> Expr:
+    """The sum of two contributions to a value of type `primal`: in their own types when the
+    add rule accepts them; else with each pending sum completed into the other contribution's
+    state there (a reduce-scatter into its Split, an all-reduce where it is replicated: the
+    cheaper completion); else both moved to the primal's cotangent layout."""
     try:
-        ad.tf.add(a, b)
+        return ad.tf.add(a, b)
+    except VerifyError:
+        pass
+    try:
+        return ad.tf.add(_completed_toward(a, b, primal, ad), _completed_toward(b, a, primal, ad))
     except VerifyError:
         target = cotangent_layout(primal)
         if target is None:
             raise
-        a, b = (ad.reshard(x, target, _storage(primal)) for x in (a, b))
-    return a, b
+    return ad.tf.add(*(ad.reshard(x, target, _storage(primal)) for x in (a, b)))
+
+
+def _completed_toward(value: Expr, other: Expr, primal: TensorType, ad: Builder) -> Expr:
+    """`value` with each sum it pends (and `other` does not) completed into `other`'s state on
+    that mesh axis (`settled` where the two cannot be compared)."""
+    if not pending_partials(value.type):
+        return value
+    mesh = value.type.layout.mesh
+    have, toward = _states(value.type, mesh), _states(other.type, mesh)
+    if have is None or toward is None:
+        return settled(value, primal, ad)
+    wanted = tuple(
+        (t if isinstance(t, Split) else B) if isinstance(h, Partial) and h != t else h
+        for h, t in zip(have, toward, strict=True)
+    )
+    return _moved(value, wanted, _fallback(value, primal), _storage(primal), ad)
 
 
 def parameter_gradient(
@@ -102,29 +149,23 @@ def parameter_gradient(
 ) -> Expr:
     """The returned gradient of a parameter of type `param` (see the module doc). A plain
     parameter's gradient is complete: replicated on the mesh it was computed on, the same global
-    value (a Reshard cannot leave a mesh)."""
+    value (a Reshard cannot leave a mesh). A pending parameter's gradient is replicated there."""
     layout = cotangent.type.layout
-    target = param.layout
-    if not isinstance(target, ShardLayout):
-        if not isinstance(layout, ShardLayout):
-            return cotangent
-        if reduce_gradients or not pending_partials(cotangent.type):
-            target = ShardLayout(Layout(layout.layout.shape), (B,) * layout.mesh.rank, layout.mesh)
-            return cotangent if layout == target else ad.reshard(cotangent, target, _storage(param))
+    if not isinstance(layout, ShardLayout):
         return cotangent
-    if any(isinstance(a, Partial) for a in target.attrs):
-        target = cotangent_layout(param)
-    if not reduce_gradients and isinstance(layout, ShardLayout):
-        pending = pending_partials(cotangent.type)
-        if pending and _same_positions(layout, target):
-            attrs = tuple(
-                Partial(pending[axis]) if axis in pending else a
-                for axis, a in enumerate(target.attrs)
+    replicated = (B,) * layout.mesh.rank
+    if param.layout is None and _states(cotangent.type, layout.mesh) == replicated:
+        return cotangent
+    target = cotangent_layout(param) or _fallback(cotangent, param)
+    pending = pending_partials(cotangent.type) if not reduce_gradients else {}
+    if pending:
+        have, wanted = _states(cotangent.type, layout.mesh), _states(param, layout.mesh)
+        if have is not None and wanted is not None:
+            states = tuple(
+                have[axis] if axis in pending else (B if isinstance(w, Partial) else w)
+                for axis, w in enumerate(wanted)
             )
-            if len({a.axis for a in attrs if isinstance(a, Split)}) == sum(
-                isinstance(a, Split) for a in attrs
-            ):
-                target = ShardLayout(target.layout, attrs, target.mesh)
+            return _moved(cotangent, states, target, _storage(param), ad)
     if layout == target:
         return cotangent
     return ad.reshard(cotangent, target, _storage(param))
