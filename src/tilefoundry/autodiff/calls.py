@@ -14,6 +14,7 @@ from tilefoundry.analysis import TypeInferContext
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.ir.core import Call, Constant, Expr, Tuple, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
+from tilefoundry.ir.hir.walk import block_operands
 from tilefoundry.passes.graph import copy_call, post_order, typed_node
 
 
@@ -33,19 +34,9 @@ def _inline_once(root: Expr, wrt: frozenset[Var]) -> Expr:
     for node in post_order((root,)):
         new = _copy(node, memo, varied, ctx)
         memo[node] = new
-        if node in varied or any(memo.get(o) in varied for o in _reads(node)):
+        if node in varied or any(memo.get(o) in varied for o in block_operands(node)):
             varied.add(new)
     return memo[root]
-
-
-def _reads(node: Expr) -> tuple[Expr, ...]:
-    if isinstance(node, Call):
-        return node.args
-    if isinstance(node, Tuple):
-        return node.elements
-    if isinstance(node, GridRegionExpr):
-        return node.init_args
-    return ()
 
 
 def _copy(node: Expr, memo: dict, varied: set, ctx: TypeInferContext) -> Expr:
