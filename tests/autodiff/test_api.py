@@ -224,3 +224,25 @@ def test_differentiating_through_a_pending_max_is_refused_at_its_line():
     with pytest.raises(UnsupportedError, match=r"Partial\(max\) .* complete it first") as err:
         grad(completes_a_max)
     assert "test_api.py" in str(err.value)
+
+
+def test_a_gradient_called_with_other_types_is_derived_at_that_call_site():
+    """A parameter annotated plain called with a split activation: the gradient is derived for
+    the program that call runs, so dW (a pending sum over the split batch) is completed into
+    w's type, and the update `w - g` types."""
+    mesh = make_mesh((4,), ("x",))
+
+    @func
+    def plain_loss(x: Tensor[(8, 4), "f32"], w: Tensor[(4, 4), "f32"]):
+        return tf.reduce(tf.tanh(x @ w), axes=(0, 1), keepdim=False, kind="sum")
+
+    dw = grad(plain_loss, argnums=1)
+
+    @func
+    def step(x: Tensor[(8 @ mesh.x, 4), "f32"], w: Tensor[(4, 4), "f32"]):
+        return w - dw(x, w) * 0.1
+
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal((8, 4)).astype(np.float32), np.eye(4, dtype=np.float32)
+    want = w - 0.1 * x.T @ (1 - np.tanh(x @ w) ** 2)
+    np.testing.assert_allclose(evaluate(step, x, w), want, rtol=1e-5, atol=1e-6)

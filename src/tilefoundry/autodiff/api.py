@@ -35,9 +35,9 @@ from tilefoundry.autodiff.builder import Builder, is_float_tensor
 from tilefoundry.autodiff.calls import inline_differentiated_calls
 from tilefoundry.autodiff.reshard_policy import cotangent_layout, parameter_gradient
 from tilefoundry.errors import VerifyError
-from tilefoundry.frontend.transforms import function_transform
+from tilefoundry.frontend.transforms import derived, function_transform
 from tilefoundry.ir.core import Constant, Expr, Tuple, Var, source_span
-from tilefoundry.ir.hir import Function
+from tilefoundry.ir.hir import Function, elaborate
 from tilefoundry.ir.types import StorageKind, TensorType, TupleType
 from tilefoundry.sharding.shard_reading import pending_partials
 
@@ -45,7 +45,8 @@ from tilefoundry.sharding.shard_reading import pending_partials
 @function_transform
 def grad(fn: Function, argnums: int | Sequence[int] = 0, *, reduce_gradients: bool = True):
     """The gradient of the rank-0 float `fn` with respect to the parameters `argnums` names."""
-    return _transform(fn, argnums, reduce_gradients, with_value=False)
+    result = _transform(fn, argnums, reduce_gradients, with_value=False)
+    return _per_call_site(result, fn, grad, argnums, reduce_gradients)
 
 
 @function_transform
@@ -53,12 +54,29 @@ def value_and_grad(
     fn: Function, argnums: int | Sequence[int] = 0, *, reduce_gradients: bool = True
 ):
     """`(fn(...), grad(fn, argnums)(...))` in one Function, sharing the forward program."""
-    return _transform(fn, argnums, reduce_gradients, with_value=True)
+    result = _transform(fn, argnums, reduce_gradients, with_value=True)
+    return _per_call_site(result, fn, value_and_grad, argnums, reduce_gradients)
 
 
 @function_transform
 def vjp(fn: Function, argnums: int | Sequence[int] | None = None, *, reduce_gradients=True):
     """The vector-Jacobian product of `fn` (see the module doc for its signature)."""
+    return _per_call_site(_vjp(fn, argnums, reduce_gradients), fn, vjp, argnums, reduce_gradients)
+
+
+def _per_call_site(result: Function, fn: Function, transform, argnums, reduce_gradients):
+    """`result`, derived again from `fn` elaborated for a call site's primal argument types
+    (`frontend.transforms.at_call_site`): the gradient of the program that call runs."""
+    count = len(fn.params)
+
+    def rederive(arg_types: tuple) -> Function:
+        source = elaborate(fn, arg_types[:count])
+        return transform(source, argnums, reduce_gradients=reduce_gradients)
+
+    return derived(result, rederive)
+
+
+def _vjp(fn: Function, argnums: Any, reduce_gradients: bool) -> Function:
     _check_function("vjp", fn)
     chosen = _argnums("vjp", fn, argnums)
     outputs = _output_leaves(fn.return_type)

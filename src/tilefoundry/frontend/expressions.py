@@ -31,7 +31,7 @@ from tilefoundry.frontend.operators import (
 )
 from tilefoundry.frontend.scopes import Environment, is_missing
 from tilefoundry.frontend.tile_window import TileWindow, tile
-from tilefoundry.frontend.transforms import is_function_transform
+from tilefoundry.frontend.transforms import at_call_site, is_function_transform
 from tilefoundry.ir.core import BindingName, Call, Expr, Metadata, Module, source_span
 from tilefoundry.ir.hir import Function, elaborate
 from tilefoundry.ir.types import TensorType, f32
@@ -368,7 +368,8 @@ class ExpressionBuilder:
             for a_node, a in zip(node.args, args, strict=True)
         ]
         try:
-            target = elaborate(callee, [e.type for e in exprs])
+            types = tuple(e.type for e in exprs)
+            target = elaborate(at_call_site(callee, types), types)
             call = Call(target, tuple(exprs), metadata=self.meta(node))
             self.ctx.infer(call)
         except VerifyError as err:
