@@ -101,6 +101,9 @@ def _cases():
         if isinstance(samples, str):
             continue
         for index, sample in enumerate(s for s in samples if s.ci):
+            plain = [make_tensor_type(s.shape, s.dtype) for s in _slots(sample)]
+            if not _differentiable(_program(sample, sample.op_for(MESHES[0]), plain).return_type):
+                continue  # an integer or bool output (a comparison): no cotangent flows
             for mesh in MESHES:
                 label = f"{op_class.__name__}[{sample.label or index}] mesh {mesh.shape}"
                 yield pytest.param(sample, mesh, id=label)
@@ -140,8 +143,6 @@ def test_the_sharded_backward_equals_the_unsharded_backward(sample, mesh):
     slots = _slots(sample)
     op = sample.op_for(mesh)
     plain = _program(sample, op, [make_tensor_type(s.shape, s.dtype) for s in slots])
-    if not _differentiable(plain.return_type):
-        pytest.skip("the op's output is integer or bool here: no cotangent flows")
     values = [draw_truth(s.shape, s.dtype.to_numpy(), s.domain, rng) for s in slots]
     argnums = _argnums(sample, op, [p.type for p in plain.params])
     reference = vjp(plain, argnums=argnums)
