@@ -8,11 +8,12 @@ from cli.conftest import EXAMPLES
 EXAMPLE_FILES = sorted(p.name for p in EXAMPLES.glob("*.py"))
 
 
-def test_the_examples_are_the_documented_ten():
+def test_the_examples_are_the_documented_eleven():
     assert EXAMPLE_FILES == [
         "dispatch_kernel.py",
         "flash_attention.py",
         "llama.py",
+        "megatron_grad.py",
         "megatron_mlp.py",
         "mesh_2d.py",
         "mlp.py",
