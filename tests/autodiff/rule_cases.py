@@ -123,6 +123,8 @@ def _sigmoid(jnp, x):
 POSITIONS = np.array([3, 0, 5, 1], np.int32)
 MASK = np.array([[True, False, True, True], [False, False, True, False]] * 2)
 START = np.int32(2)
+ROWS = np.array([1, 3, 1, 5], np.int32)
+BATCHED_ROWS = np.array([[4, 0, 0, 2], [1, 1, 3, 4]], np.int32)
 
 CASES: tuple[Case, ...] = (
     # ---- Binary (torch broadcasting transposed by summing back) ---------------------------
@@ -253,6 +255,36 @@ CASES: tuple[Case, ...] = (
         (_f(6, 8),),
         lambda x: tf.slice(x, (2, None), (3, None), squeeze_axes=(0,)),
         lambda jnp, x: x[2],
+    ),
+    Case(
+        "slice strided",
+        (_f(7, 8),),
+        lambda x: tf.slice(x, (1, 0), (6, 8), strides=(2, 3)),
+        lambda jnp, x: x[1:6:2, 0:8:3],
+    ),
+    Case(
+        "reverse",
+        (_f(4, 3, 2),),
+        lambda x: tf.reverse(x, axes=(0, 2)),
+        lambda jnp, x: jnp.flip(x, (0, 2)),
+    ),
+    Case(
+        "gather rows, a row twice",
+        (_f(6, 3), Input((4,), "i32", value=ROWS)),
+        lambda x, i: tf.gather(x, i, axis=0),
+        lambda jnp, x, i: jnp.take(x, i, axis=0),
+    ),
+    Case(
+        "gather batched",
+        (_f(2, 5, 3), Input((2, 4), "i32", value=BATCHED_ROWS)),
+        lambda x, i: tf.gather(x, i, axis=1, batch_dims=1),
+        lambda jnp, x, i: jnp.stack([jnp.take(x[b], i[b], axis=0) for b in range(2)]),
+    ),
+    Case(
+        "scatter_add, a row twice",
+        (_f(6, 3), Input((4,), "i32", value=ROWS), _f(4, 3)),
+        lambda x, i, u: tf.scatter_add(x, i, u, axis=0),
+        lambda jnp, x, i, u: x.at[i].add(u),
     ),
     Case(
         "concat",

@@ -9,11 +9,13 @@ from tilefoundry.rules import VJP, ZERO_COTANGENT
 
 REFUSED_BY_THE_TRANSFORM = [
     "CacheUpdate",  # the transpose of a runtime-length write needs an iota mask
+    "Clamp",  # not yet written (a where mask on the bounds)
     "Conv2D",  # the transposed convolution
-    "Gather",  # needs scatter_add (the transpose of gather)
+    "Cumulative",  # not yet written (a reversed scan; cumprod / cummax need more)
     "InsertSlice",  # a runtime multi-axis window read
     "Local",  # a per-device value has no global cotangent
-    "TopK",  # the values' transpose is a scatter_add into the indices
+    "Pad",  # not yet written (a strided slice, and a slice of negative padding)
+    "TopK",  # not yet written (a scatter_add of the values' cotangent into the indices)
 ]
 """Ops the transform refuses up front (a located UnsupportedError naming the op)."""
 

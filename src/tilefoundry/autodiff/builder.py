@@ -110,6 +110,16 @@ class Builder:
         attrs = tuple(B if axis in pending else a for axis, a in enumerate(layout.attrs))
         return self.reshard(value, ShardLayout(Layout(layout.shape), attrs, layout.mesh))
 
+    def replicated(self, value: Expr) -> Expr:
+        """`value` whole on every device (pending sums all-reduced, splits all-gathered): for a
+        rule whose op accepts fewer operand states than the forward op did (a gather of indices
+        that a scatter_add took split)."""
+        layout = value.type.layout
+        if not isinstance(layout, ShardLayout) or all(a == B for a in layout.attrs):
+            return value
+        attrs = (B,) * layout.mesh.rank
+        return self.reshard(value, ShardLayout(Layout(layout.shape), attrs, layout.mesh))
+
     def reshard(self, value: Expr, layout: ShardLayout, storage: StorageKind | None = None) -> Expr:
         """`value` moved to `layout` (the collective its type change implies); a umat value is
         staged in gmem, the one storage a Reshard may target without further context."""

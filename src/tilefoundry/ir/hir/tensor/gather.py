@@ -53,6 +53,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, index_operand, operand
 from tilefoundry.sharding.shard_regroup import logical_axis_of
@@ -301,6 +302,20 @@ def _spmd_lowering(op: Gather, operands, call):
 
 register_surface("gather", Gather)
 register_fusion_kind(Gather, FusionKind.BARRIER)
+
+
+@register_vjp(Gather)
+def _vjp(call, ct, ad):
+    """Each gathered row's cotangent is added back where it was read (duplicate indices
+    accumulate): a scatter_add into zeros, Gather's exact transpose; the indices have none."""
+    op = call.target
+    x, indices = call.args
+    return (
+        lambda: ad.tf.scatter_add(
+            ad.zeros_like(x), indices, ct, axis=op.axis, batch_dims=op.batch_dims
+        ),
+        None,
+    )
 
 
 @register_validation_samples(Gather)

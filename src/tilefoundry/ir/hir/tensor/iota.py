@@ -43,6 +43,7 @@ from tilefoundry.rules import (
     register_stablehlo,
     register_surface,
     register_typeinfer,
+    register_zero_cotangent,
 )
 
 
@@ -127,6 +128,7 @@ def _number_argument(name: str, value: object) -> None:
 register_surface("iota", Iota)
 register_surface("arange", Iota, rewrite=arange)
 register_fusion_kind(Iota, FusionKind.BARRIER)
+register_zero_cotangent(Iota, "iota has no inputs")
 register_not_sampled(Iota, "it has no operand, so there is no input state to vary")
 
 

@@ -31,6 +31,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
 
@@ -83,6 +84,12 @@ def _eval(op: Reverse, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("reverse", Reverse)
 register_fusion_kind(Reverse, FusionKind.BARRIER)
+
+
+@register_vjp(Reverse)
+def _vjp(call, ct, ad):
+    """Reversing is its own transpose."""
+    return (lambda: ad.tf.reverse(ct, axes=call.target.axes),)
 
 
 @register_validation_samples(Reverse)

@@ -46,6 +46,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, index_operand, operand
 
@@ -204,6 +205,25 @@ def _scatter(op: ScatterAdd, x: Value, indices: Value, updates: Value) -> Value:
 
 register_surface("scatter_add", ScatterAdd)
 register_fusion_kind(ScatterAdd, FusionKind.BARRIER)
+
+
+@register_vjp(ScatterAdd)
+def _vjp(call, ct, ad):
+    """x's cotangent passes through; the updates' is the cotangent gathered where they were
+    added (Gather is ScatterAdd's transpose); the indices have none. Gather accepts fewer
+    operand states than ScatterAdd (no split indices, no split batched operand), so where it
+    refuses the cotangent's and the indices' own, it gathers from replicated ones."""
+    op = call.target
+    _, indices, _ = call.args
+    where = {"axis": op.axis, "batch_dims": op.batch_dims}
+
+    def d_updates():
+        try:
+            return ad.tf.gather(ct, indices, **where)
+        except VerifyError:
+            return ad.tf.gather(ad.replicated(ct), ad.replicated(indices), **where)
+
+    return (lambda: ct, None, d_updates)
 
 
 @register_validation_samples(ScatterAdd)

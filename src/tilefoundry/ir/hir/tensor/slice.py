@@ -222,43 +222,22 @@ def _eval(op: Slice, args, out_type: TensorType) -> np.ndarray:
 register_surface("slice", Slice)
 
 
-def _padded(ad, value, axis: int, before: int, after: int):
-    """`value` with `before` / `after` zeros joined on along `axis` (a unit-stride pad)."""
-    shape = tuple(value.type.shape)
-
-    def zeros(extent):
-        return ad.tf.zeros((*shape[:axis], extent, *shape[axis + 1 :]), value.type.dtype)
-
-    parts = [zeros(before)] if before else []
-    parts.append(value)
-    if after:
-        parts.append(zeros(after))
-    return value if len(parts) == 1 else ad.tf.concat(tuple(parts), axis=axis)
-
-
 @register_vjp(Slice)
 def _vjp(call, ct, ad):
-    """The transpose of taking a window is putting the cotangent back in a zero tensor of x's
-    shape (an integer index's dropped axis is restored first)."""
+    """The transpose of taking a window is a zero pad putting the cotangent back where it was
+    read from (`pad.pad_undoing`, interior padding for a strided window); an integer index's
+    dropped axis is restored first."""
+    from tilefoundry.ir.hir.tensor.pad import pad_undoing  # pad.py builds on this module
+
     op = call.target
     (x,) = call.args
-    wins = windows(op, x.type.shape)
-    dropped = _squeezed(op, wins)
+    shape = tuple(x.type.shape)
+    wins = windows(op, shape)
 
     def d_x():
-        if any(w.step != 1 for w in wins):
-            ad.refuse(
-                "the transpose of a strided slice needs an interior pad, which is not "
-                "available yet",
-                "slice with unit strides, or differentiate with respect to inputs that do not "
-                "reach this slice",
-            )
-        full = ad.tf.reshape(ct, tuple(w.extent for w in wins)) if dropped else ct
-        for axis, w in enumerate(wins):
-            if not w.whole:
-                after = x.type.shape[axis] - w.start - w.extent
-                full = _padded(ad, full, axis, w.start, after)
-        return full
+        window = tuple(w.extent for w in wins)
+        full = ad.tf.reshape(ct, window) if _squeezed(op, wins) else ct
+        return ad.tf.pad(full, **pad_undoing(op, shape).attributes())
 
     return (d_x,)
 
