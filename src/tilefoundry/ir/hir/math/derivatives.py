@@ -5,7 +5,8 @@ grow (a new kind adds its derivative here, next to its siblings'). Each derivati
 HIR ops on the forward values, so the backward program is typed by the forward's rules; torch
 broadcasting in the forward is transposed by `ad.sum_to`. Conventions are JAX's: max/min split a
 tie evenly between the operands, abs has derivative 0 at 0, and the piecewise-constant kinds
-(ceil, round, floor_div) pass no cotangent.
+(ceil, round, floor_div) pass no cotangent. A kind in neither table is refused where it is
+differentiated, so a new kind never differentiates to a silent zero.
 """
 
 from __future__ import annotations
@@ -57,7 +58,29 @@ def _binary_vjp(call, ct, ad):
         )
     if kind == BinaryKind.MOD:
         return to_lhs(lambda: ct), to_rhs(lambda: tf.neg(tf.mul(ct, tf.floor_div(lhs, rhs))))
-    return None, None  # floor_div is piecewise constant; comparisons and logic give bools
+    if kind in _BINARY_WITHOUT_COTANGENT:
+        return None, None
+    return _refused(ad, kind), _refused(ad, kind)
+
+
+_BINARY_WITHOUT_COTANGENT = frozenset(
+    BinaryKind[name] for name in ("FLOOR_DIV", "EQ", "NE", "LT", "LE", "GT", "GE", "AND", "OR")
+)
+"""Piecewise constant (floor_div) or bool results: no cotangent flows."""
+
+
+def _refused(ad, kind):
+    """A kind with no derivative written yet is refused where it is differentiated (never a
+    silent zero)."""
+
+    def refuse():
+        ad.refuse(
+            f"reverse mode has no derivative for kind '{kind.value}' yet",
+            "differentiate with respect to inputs that do not reach it, or write the derivative "
+            "in ir/hir/math/derivatives.py",
+        )
+
+    return refuse
 
 
 def _abs_derivative(ad, x, y):
@@ -81,15 +104,19 @@ _UNARY_DERIVATIVES = {
     UnaryKind.EXP2: lambda ad, x, y: ad.tf.mul(y, _LN2),
     UnaryKind.LOG2: lambda ad, x, y: ad.tf.div(1.0, ad.tf.mul(x, _LN2)),
 }
-"""The kinds with a derivative; NEG is linear (its cotangent is the negated one). CEIL and ROUND
-are piecewise constant and NOT is bool, so they pass no cotangent."""
+"""The kinds with a derivative; NEG is linear (its cotangent is the negated one)."""
+
+_UNARY_WITHOUT_COTANGENT = frozenset({UnaryKind.CEIL, UnaryKind.ROUND, UnaryKind.NOT})
+"""Piecewise constant (ceil, round) or bool (not): no cotangent flows."""
 
 
 @register_vjp(Unary)
 def _unary_vjp(call, ct, ad):
     kind = call.target.kind
-    if kind not in _UNARY_DERIVATIVES:
+    if kind in _UNARY_WITHOUT_COTANGENT:
         return (None,)
+    if kind not in _UNARY_DERIVATIVES:
+        return (_refused(ad, kind),)
     derivative = _UNARY_DERIVATIVES[kind]
     if derivative is None:
         return (lambda: ad.tf.neg(ct),)
