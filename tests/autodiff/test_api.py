@@ -246,3 +246,17 @@ def test_a_gradient_called_with_other_types_is_derived_at_that_call_site():
     x, w = rng.standard_normal((8, 4)).astype(np.float32), np.eye(4, dtype=np.float32)
     want = w - 0.1 * x.T @ (1 - np.tanh(x @ w) ** 2)
     np.testing.assert_allclose(evaluate(step, x, w), want, rtol=1e-5, atol=1e-6)
+
+
+def test_vjp_takes_no_cotangent_for_an_integer_output():
+    @func
+    def both(x: Tensor[(8,), "f64"]):
+        return x * 3.0, tf.cast(x, "i32")
+
+    f = vjp(both)
+    assert [p.name for p in f.params] == ["x", "d_out0"]
+    x, ct = RNG.standard_normal(8), RNG.standard_normal(8)
+    (doubled, truncated), (dx,) = evaluate(f, x, ct)
+    np.testing.assert_allclose(doubled, 3 * x)
+    np.testing.assert_array_equal(truncated, x.astype(np.int32))
+    np.testing.assert_allclose(dx, 3 * ct)
