@@ -12,19 +12,20 @@ from typing import Any
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def jax_collectives(hlo_text: str) -> list[tuple[str, int]]:
-    """(kind, result bytes per device) of each collective in a compiled, per-device HLO, read
-    the way benchmarks/communication.py reads the forward's."""
+def jax_collectives(hlo_text: str) -> list[tuple[str, int, int]]:
+    """(kind, result bytes, operand bytes) per device of each collective in a compiled,
+    per-device HLO, read the way benchmarks/communication.py reads the forward's."""
     sys.path.insert(0, str(BENCHMARKS))
     from communication import hlo_collectives
 
-    return [(c["kind"], c["out_bytes"]) for c in hlo_collectives(hlo_text)]
+    return [(c["kind"], c["out_bytes"], c["bytes"]) for c in hlo_collectives(hlo_text)]
 
 
 def ours(name: str, arrays: tuple, compiled: bool) -> tuple[str, Any]:
     """("ok", (gradients, collectives, compiled collectives)) or ("error", "<Class>: <message>"):
-    the collectives the SPMD exit writes, and (kind, result bytes) of those XLA's compiled
-    executable holds (it partitions nothing itself, so the two agree)."""
+    the collectives the SPMD exit writes, (kind, mesh axes, result bytes, operand bytes) per
+    device, and those XLA's compiled executable holds (`jax_collectives`; it partitions nothing
+    itself, so the two agree)."""
     from llama.llama_grad_cases import gradient
     from tilefoundry.exits.spmd import collective_report, emit_spmd
     from tilefoundry.exits.spmd.xla import _compile
@@ -37,7 +38,7 @@ def ours(name: str, arrays: tuple, compiled: bool) -> tuple[str, Any]:
             fn = compile_pipeline(fn)[0]
         result = run_xla(fn, *arrays, devices=8)
         report = [
-            (e.kind.replace("_", "-"), e.mesh_axes, e.result_bytes_per_device, e.source)
+            (e.kind.replace("_", "-"), e.mesh_axes, e.result_bytes_per_device, e.bytes_per_device)
             for e in collective_report(fn)
             for _ in range(e.count)
         ]
@@ -48,7 +49,7 @@ def ours(name: str, arrays: tuple, compiled: bool) -> tuple[str, Any]:
         return "error", f"{type(err).__name__}: {getattr(err, 'message', err)}"
 
 
-def jax_gradients(name: str, arrays: tuple) -> tuple[tuple, list[tuple[str, int]]]:
+def jax_gradients(name: str, arrays: tuple) -> tuple[tuple, list[tuple[str, int, int]]]:
     """JAX's gradients of the same loss, jitted with every parameter's sharding as input and
     output sharding, and the collectives of its compiled program."""
     import jax
