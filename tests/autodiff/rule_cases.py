@@ -116,6 +116,12 @@ def _gelu(jnp, x):
     return 0.5 * x * (1.0 + jnp.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
 
 
+def _erf(jnp, x):
+    from jax.scipy.special import erf
+
+    return erf(x)
+
+
 def _sigmoid(jnp, x):
     return 1.0 / (1.0 + jnp.exp(-x))
 
@@ -184,6 +190,30 @@ CASES: tuple[Case, ...] = (
         lambda x: tf.add(tf.add(tf.ceil(x), tf.round(x)), x),
         lambda jnp, x: jnp.ceil(x) + jnp.round(x) + x,
         tags=frozenset({"no finite differences"}),
+    ),
+    Case("sqrt", (_f(4, 8, domain=POSITIVE),), tf.sqrt, lambda jnp, x: jnp.sqrt(x)),
+    Case("expm1", (_f(4, 8),), tf.expm1, lambda jnp, x: jnp.expm1(x)),
+    Case("log1p", (_f(4, 8, domain=POSITIVE),), tf.log1p, lambda jnp, x: jnp.log1p(x)),
+    Case("erf", (_f(4, 8),), tf.erf, _erf),
+    Case(
+        "sign and round_half_away",
+        (_f(4, 8, domain=AWAY_FROM_ZERO),),
+        lambda x: tf.add(tf.add(tf.sign(x), tf.round_half_away(x)), x),
+        lambda jnp, x: jnp.sign(x) + jnp.sign(x) * jnp.floor(jnp.abs(x) + 0.5) + x,
+        tags=frozenset({"no finite differences"}),
+    ),
+    Case(
+        "pow",
+        (_f(4, 8, domain=POSITIVE), _f(4, 8)),
+        tf.pow,
+        lambda jnp, a, b: a**b,
+    ),
+    Case(
+        "rem",
+        (_f(4, 8), _f(4, 8, domain=POSITIVE)),
+        tf.rem,
+        lambda jnp, a, b: jnp.fmod(a, b),
+        tags=frozenset({"no finite differences"}),  # jumps where a / b crosses an integer
     ),
     # ---- MatMul (torch matmul, 1-D promotion, batch broadcasting) ---------------------------
     Case("matmul", (_f(4, 8), _f(8, 3)), tf.matmul, lambda jnp, a, b: a @ b),

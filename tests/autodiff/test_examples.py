@@ -19,6 +19,8 @@ from tilefoundry.ir.core import Call, Constant, Var
 from tilefoundry.ir.hir import Function
 from tilefoundry.passes import verify
 
+pytestmark = pytest.mark.slow  # whole example programs, each differentiated twice
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PROGRAMS = [
     ("mlp", "mlp"),

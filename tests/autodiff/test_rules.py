@@ -72,6 +72,7 @@ def test_vjp_equals_central_finite_differences(case):
         )
 
 
+@pytest.mark.slow  # jax traces and compiles each case: a second or more apiece
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_vjp_equals_jax(case):
     jax = pytest.importorskip("jax", reason="the jax reference needs jax")

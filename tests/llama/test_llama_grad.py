@@ -26,6 +26,8 @@ from tilefoundry.evaluator import evaluate
 from tilefoundry.ir.types.shard import P
 from tilefoundry.passes import verify
 
+pytestmark = pytest.mark.slow  # 8-device XLA runs and whole-layer gradients: seconds each
+
 TIMEOUT_S = 600
 ACTIVATION_BYTES = 2 * 8 * 64 * 4
 """One (batch, seq, hidden) f32 activation per device: what a TP all-reduce moves."""

@@ -18,6 +18,7 @@ from tilefoundry.ir.hir.math.unary import Unary, UnaryKind
 from tilefoundry.rules import register_vjp
 
 _LN2 = math.log(2.0)
+_TWO_ON_ROOT = 2.0 / math.sqrt(math.pi)  # erf'(x) = 2 / sqrt(pi) exp(-x^2)
 
 
 def _extremum_share(ad, chosen, other, kind: BinaryKind):
@@ -58,9 +59,32 @@ def _binary_vjp(call, ct, ad):
         )
     if kind == BinaryKind.MOD:
         return to_lhs(lambda: ct), to_rhs(lambda: tf.neg(tf.mul(ct, tf.floor_div(lhs, rhs))))
+    if kind == BinaryKind.REM:  # lhs - rhs * trunc(lhs / rhs); the quotient is (lhs - y) / rhs
+        quotient = tf.div(tf.sub(lhs, call), rhs)
+        return to_lhs(lambda: ct), to_rhs(lambda: tf.neg(tf.mul(ct, quotient)))
+    if kind == BinaryKind.POW:
+        return (
+            to_lhs(lambda: tf.mul(ct, _power_base_derivative(ad, lhs, rhs))),
+            to_rhs(lambda: tf.mul(ct, _power_exponent_derivative(ad, lhs, call))),
+        )
     if kind in _BINARY_WITHOUT_COTANGENT:
         return None, None
     return _refused(ad, kind), _refused(ad, kind)
+
+
+def _power_base_derivative(ad, base, exponent):
+    """d(b^e)/db = e b^(e-1), 0 where e = 0 (as JAX: b^-1 of a zero base would give nan)."""
+    tf = ad.tf
+    zero = ad.scalar(0.0, base)
+    slope = tf.mul(exponent, tf.pow(base, tf.sub(exponent, 1.0)))
+    return tf.where(tf.cmp_eq(exponent, zero), zero, slope)
+
+
+def _power_exponent_derivative(ad, base, y):
+    """d(b^e)/de = b^e log b, 0 where b = 0 (as JAX)."""
+    tf = ad.tf
+    zero = ad.scalar(0.0, base)
+    return tf.where(tf.cmp_eq(base, zero), zero, tf.mul(y, tf.log(base)))
 
 
 _BINARY_WITHOUT_COTANGENT = frozenset(
@@ -103,11 +127,17 @@ _UNARY_DERIVATIVES = {
     UnaryKind.LOG: lambda ad, x, y: ad.tf.div(1.0, x),
     UnaryKind.EXP2: lambda ad, x, y: ad.tf.mul(y, _LN2),
     UnaryKind.LOG2: lambda ad, x, y: ad.tf.div(1.0, ad.tf.mul(x, _LN2)),
+    UnaryKind.SQRT: lambda ad, x, y: ad.tf.div(0.5, y),
+    UnaryKind.EXPM1: lambda ad, x, y: ad.tf.add(y, 1.0),
+    UnaryKind.LOG1P: lambda ad, x, y: ad.tf.div(1.0, ad.tf.add(x, 1.0)),
+    UnaryKind.ERF: lambda ad, x, y: ad.tf.mul(ad.tf.exp(ad.tf.neg(ad.tf.square(x))), _TWO_ON_ROOT),
 }
 """The kinds with a derivative; NEG is linear (its cotangent is the negated one)."""
 
-_UNARY_WITHOUT_COTANGENT = frozenset({UnaryKind.CEIL, UnaryKind.ROUND, UnaryKind.NOT})
-"""Piecewise constant (ceil, round) or bool (not): no cotangent flows."""
+_UNARY_WITHOUT_COTANGENT = frozenset(
+    UnaryKind[name] for name in ("CEIL", "ROUND", "ROUND_HALF_AWAY", "SIGN", "NOT", "IS_FINITE")
+)
+"""Piecewise constant (ceil, the roundings, sign) or bool (not, is_finite): no cotangent."""
 
 
 @register_vjp(Unary)
