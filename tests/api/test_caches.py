@@ -30,6 +30,8 @@ REGISTRIES = {
     "_SURFACES_OF_CLASS": "the same spellings by op class, which the printer names ops by",
     "_KIND_RULES": "the fusion kind rule each op module registers",
     "PALLAS_REF_READERS": "the ops whose Pallas rules read refs, as their modules register",
+    "VJP_TAKES_PENDING": "the ops whose VJP rules read a pending cotangent, as they register",
+    "_TRANSFORMS": "the Function transforms a DSL body may call, as they register",
     "_LIVE": "the local launches still running (each leaves when it ends)",
     "_JOINED": "the distributed run this process joined (at most one)",
 }

@@ -1,7 +1,7 @@
-"""What runs inside the 8-device worker (conftest.py) for the Llama gradients: ours on 8 XLA
-devices (as written and after `compile`), JAX's `jax.jit(jax.grad(...))` with the same
-NamedShardings, and the collectives of both compiled programs. Only names, numpy arrays and
-plain records cross the process boundary."""
+"""What runs inside the 8-device worker (`devices8`, tests/conftest.py) for the Llama
+gradients: ours on 8 XLA devices (as written and after `compile`), JAX's
+`jax.jit(jax.grad(...))` with the same NamedShardings, and the collectives of both compiled
+programs. Only names, numpy arrays and plain records cross the process boundary."""
 
 from __future__ import annotations
 

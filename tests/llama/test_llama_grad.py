@@ -78,18 +78,18 @@ def _on_devices(pool, task, *args):
 
 
 @pytest.fixture(scope="module")
-def jax_side(llama_devices):
+def jax_side(devices8):
     """JAX's sharded gradients and compiled collectives, per variant."""
     return {
-        name: _on_devices(llama_devices, worker.jax_gradients, name, cases.inputs(name))
+        name: _on_devices(devices8, worker.jax_gradients, name, cases.inputs(name))
         for name in grads.VARIANTS
     }
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["as written", "fused"])
 @pytest.mark.parametrize("name", grads.VARIANTS)
-def test_the_gradient_on_8_xla_devices_equals_jax(name, compiled, llama_devices, jax_side):
-    status, value = _on_devices(llama_devices, worker.ours, name, cases.inputs(name), compiled)
+def test_the_gradient_on_8_xla_devices_equals_jax(name, compiled, devices8, jax_side):
+    status, value = _on_devices(devices8, worker.ours, name, cases.inputs(name), compiled)
     assert status == "ok", value
     got, *_ = value
     want, _ = jax_side[name]
@@ -113,13 +113,13 @@ def _backward(name: str, ours: list) -> list:
 
 
 @pytest.fixture(scope="module")
-def our_collectives(llama_devices):
+def our_collectives(devices8):
     """Our collectives per variant, as the SPMD exit records them; the compiled executable
     moves exactly these bytes (XLA adds no collective to a manually partitioned module; it may
     combine several all-reduces into one)."""
     result = {}
     for name in grads.VARIANTS:
-        status, value = _on_devices(llama_devices, worker.ours, name, cases.inputs(name), False)
+        status, value = _on_devices(devices8, worker.ours, name, cases.inputs(name), False)
         assert status == "ok", value
         _, report, compiled = value
         assert _bytes_by_kind((c[0], c[2]) for c in report) == _bytes_by_kind(
@@ -175,13 +175,13 @@ def test_never_more_bytes_per_device_than_jax(name, our_collectives, jax_side):
     assert 0 < ours[0] <= theirs[0] and 0 < ours[1] <= theirs[1], (ours, theirs)
 
 
-def test_pending_dp_gradients_have_no_collectives_and_are_reduced_once_per_step(llama_devices):
+def test_pending_dp_gradients_have_no_collectives_and_are_reduced_once_per_step(devices8):
     """reduce_gradients=False: every weight gradient is Partial(sum) over dp (no collective in
     the gradient); two micro-batches summed and completed take one all-reduce per weight."""
     pending = grads.gradient("llama_dp_tp", reduce_gradients=False)
     for field in pending.return_type.fields[1:]:
         assert field.layout.attrs[0] == P("sum")
-    collectives = _on_devices(llama_devices, worker.accumulation_collectives, "llama_dp_tp")
+    collectives = _on_devices(devices8, worker.accumulation_collectives, "llama_dp_tp")
     over_dp = [c for c in collectives if c[1] == "dp"]
     assert len(over_dp) == len(grads.PARAMETERS) - 1
     arrays = cases.inputs("llama_dp_tp")
