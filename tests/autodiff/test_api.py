@@ -18,6 +18,7 @@ from tilefoundry.dsl import tf
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.evaluator import evaluate
 from tilefoundry.ir.hir import Function
+from tilefoundry.ir.text import format_ir
 from tilefoundry.ir.types.shard import B, Layout, P, ShardLayout, make_mesh
 from tilefoundry.passes import compile as compile_pipeline
 from tilefoundry.passes import verify
@@ -65,7 +66,7 @@ def test_value_and_grad_shares_the_forward_program():
     np.testing.assert_allclose(value, np.tanh(X @ W).sum(), rtol=1e-12)
     np.testing.assert_allclose(gw, loss_gradients(X, W)[1], rtol=1e-12)
     # one forward matmul feeds both the value and the backward program
-    text = tilefoundry.inspect.printer.format_ir(value_and_grad(loss, argnums=(0, 1)))
+    text = format_ir(value_and_grad(loss, argnums=(0, 1)))
     assert text.count("matmul(%x, %w)") == 1
 
 
@@ -199,13 +200,15 @@ def test_a_refused_transform_in_a_dsl_body_points_at_the_call():
 def test_the_worked_example_communicates_only_what_its_types_say():
     """docs/autodiff.md's worked example: `show` lists two all-reduces, the forward's and the
     input gradient's (Megatron's f); the weight gradients are split as the weights."""
+    from tilefoundry.exits.stablehlo.spmd import lower_spmd_or_none
     from tilefoundry.frontend import parse_source
     from tilefoundry.inspect.shard_view import value_rows
 
     path = Path(__file__).resolve().parents[2] / "examples" / "megatron_grad.py"
     step = parse_source(path.read_text(), str(path))["train_step"]
     verify(step)
-    collectives = [row.collectives for row in value_rows(step) if row.collectives]
+    rows = value_rows(step, lower_spmd_or_none(step))
+    collectives = [row.collectives for row in rows if row.collectives]
     assert collectives == [("tp: all-reduce(sum)",)] * 2
     _, d_w1, d_w2 = step.return_type.fields[1].fields
     assert d_w1 == step.params[1].type and d_w2 == step.params[2].type

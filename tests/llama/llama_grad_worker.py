@@ -27,9 +27,9 @@ def ours(name: str, arrays: tuple, compiled: bool) -> tuple[str, Any]:
     device, and those XLA's compiled executable holds (`jax_collectives`; it partitions nothing
     itself, so the two agree)."""
     from llama.llama_grad_cases import gradient
-    from tilefoundry.exits.spmd import collective_report, emit_spmd
-    from tilefoundry.exits.spmd.xla import _compile
-    from tilefoundry.exits.xla import run_xla
+    from tilefoundry.exits.runtimes.xla import run_xla
+    from tilefoundry.exits.runtimes.xla_spmd import _compile
+    from tilefoundry.exits.stablehlo.spmd import collective_report, emit_spmd
     from tilefoundry.passes import compile as compile_pipeline
 
     fn = gradient(name)
@@ -81,7 +81,7 @@ def accumulation_collectives(name: str) -> list[tuple[str, tuple, int]]:
     """(kind, mesh axes, bytes) of a two-micro-batch step that sums pending gradients
     (`reduce_gradients=False`) and completes them once."""
     from llama.llama_grad_cases import accumulation_step
-    from tilefoundry.exits.spmd import collective_report
+    from tilefoundry.exits.stablehlo.spmd import collective_report
 
     return [
         (e.kind, e.mesh_axes, e.result_bytes_per_device)

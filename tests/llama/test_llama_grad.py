@@ -99,7 +99,7 @@ def test_the_gradient_on_8_xla_devices_equals_jax(name, compiled, devices8, jax_
 def _backward(name: str, ours: list) -> list:
     """Our collectives beyond the forward's live ones: the forward layer's own plan minus the
     one whose result the gradient never reads (the last residual's completion)."""
-    from tilefoundry.exits.spmd import collective_report
+    from tilefoundry.exits.stablehlo.spmd import collective_report
 
     forward = [
         (e.kind.replace("_", "-"), e.mesh_axes, e.result_bytes_per_device)
