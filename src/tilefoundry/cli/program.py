@@ -10,7 +10,10 @@ parameter types so that `run` works without any data.
 from __future__ import annotations
 
 import io
+import sys
 import tokenize
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,8 +90,10 @@ def load_program(path: str) -> Program:
         raise VerifyError(
             f"{path}: cannot read the file ({reason})", location=SourceSpan(path, 1, 1)
         ) from None
+    script = Path(path).resolve()
     try:
-        namespace = parse_source(text, path)
+        with _folder_first_on_path(script.parent):
+            namespace = parse_source(text, path, {"__file__": str(script)})
     except KeyboardInterrupt as err:
         if isinstance(err, Interrupted):
             raise
@@ -99,6 +104,21 @@ def load_program(path: str) -> Program:
         if isinstance(value, Function | Module) and not key.startswith("_")
     }
     return Program(path, objects)
+
+
+@contextmanager
+def _folder_first_on_path(folder: Path) -> Iterator[None]:
+    """While the file's top level runs, its folder comes first on `sys.path`, as `python FILE`
+    puts it, so a program split over files (sizes in one, the model in another) imports its
+    siblings from any working directory. The entry is taken out again afterwards: loading a
+    program must not change what later imports of the calling process find."""
+    entry = str(folder)
+    sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        if entry in sys.path:
+            sys.path.remove(entry)
 
 
 MAX_PROGRAM_BYTES = 64 * 2**20
