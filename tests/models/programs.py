@@ -1,0 +1,68 @@
+"""The model programs by name, for the tests and the 8-device worker, and their comparison.
+
+A name is `module:function` for a program of this directory (`models.gqa:gqa_attention`) or
+`examples/FILE.py:function` for a shipped example, parsed under its real file name so that its
+errors point into it. Only names and numpy arrays cross into the worker process.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tilefoundry.frontend import parse_source
+
+REPO = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 300
+
+
+@cache
+def example(path: str) -> dict[str, Any]:
+    file = REPO / path
+    return parse_source(file.read_text(encoding="utf-8"), str(file))
+
+
+def program(name: str):
+    where, function = name.split(":")
+    if where.endswith(".py"):
+        return example(where)[function]
+    return getattr(importlib.import_module(where), function)
+
+
+def run_on_devices(name: str, arrays: tuple, compiled: bool) -> tuple[str, Any]:
+    """("ok", result) or ("error", "<ErrorClass>: <message>"): an exception object may not
+    survive pickling, so the test gets the text."""
+    from tilefoundry.exits.xla import run_xla
+    from tilefoundry.passes import compile as compile_pipeline
+
+    try:
+        fn = program(name)
+        if compiled:
+            fn = compile_pipeline(fn)[0]
+        return "ok", run_xla(fn, *arrays, devices=8)
+    except Exception as err:  # reported to the test, which fails with the message
+        return "error", f"{type(err).__name__}: {getattr(err, 'message', err)}"
+
+
+def on_devices(pool, name: str, arrays: tuple, compiled: bool = False) -> Any:
+    status, value = pool.submit(run_on_devices, name, arrays, compiled).result(timeout=TIMEOUT_S)
+    assert status == "ok", value
+    return value
+
+
+def assert_close(got: Any, want: Any, what: str, rtol: float = 1e-5) -> None:
+    """Results equal to the float64 answer within `rtol` of each output's scale (f32: 1e-5)."""
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    assert len(got) == len(want), what
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        g = np.asarray(g)
+        assert g.shape == w.shape, f"{what}[{i}]: shape {g.shape}, want {w.shape}"
+        scale = float(np.max(np.abs(w)))
+        np.testing.assert_allclose(
+            g.astype(np.float64), w, rtol=rtol, atol=rtol * scale, err_msg=f"{what}[{i}]"
+        )
