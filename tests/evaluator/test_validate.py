@@ -15,8 +15,8 @@ from tilefoundry.evaluator.validate import catalog_samples, main, validate
 from tilefoundry.evaluator.validation_checks import Settings
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import propagate, result_storage, tensor_operands
-from tilefoundry.ir.hir.tensor import Reduce, ReduceKind
-from tilefoundry.ir.types import TensorType
+from tilefoundry.ir.hir.tensor import Cast, Reduce, ReduceKind
+from tilefoundry.ir.types import TensorType, bf16, f32, i32
 from tilefoundry.rules import (
     ACCESS_RELATION,
     EVAL,
@@ -102,6 +102,38 @@ def test_a_reduction_claiming_broadcast_without_a_combiner_is_unsound():
     assert ("4", "S1") in unsound
     refuted = next(f for f in report.unsound if f.inputs == "S1")
     assert refuted.claimed == "B" and "different replicas" in refuted.detail
+
+
+class CastCarriesPartials(Cast):
+    """Cast's kernel with a rule that carries every pending reduction through any cast: right
+    for an exact widening, wrong for a sum truncated to integers (trunc(a) + trunc(b) is not
+    trunc(a + b))."""
+
+
+@register_typeinfer(CastCarriesPartials)
+def _cast_carrying_partials(op, arg_types, ctx):
+    (x,) = tensor_operands(op, arg_types)
+    return TensorType(x.shape, op.dtype, x.layout, result_storage(op, [x]))
+
+
+register_access_relation(CastCarriesPartials)(ACCESS_RELATION.lookup(Cast))
+register_eval(CastCarriesPartials)(EVAL.lookup(Cast))
+
+
+def test_a_partial_sum_truncated_to_integers_is_unsound():
+    """An integer result is compared exactly, whatever the operand's dtype."""
+    sample = Sample(CastCarriesPartials(dtype=i32), (Operand((4, 8)),))
+    _, unsound = _unsound_inputs("CastCarriesPartials", sample)
+    assert {inputs for mesh, inputs in unsound if mesh == "4"} == {"P(sum)"}
+
+
+def test_bf16_addends_widened_to_f32_are_judged_at_bf16_rounding():
+    """The addends of a bf16 Partial(sum) are bf16 values, so they sum to the placed value only
+    within bf16 rounding; an f32 result is then held to that, not to f32's tolerance (the
+    widening is exact, the inputs are not)."""
+    sample = Sample(CastCarriesPartials(dtype=f32), (Operand((4, 8), bf16),))
+    report, unsound = _unsound_inputs("CastCarriesPartials", sample)
+    assert unsound == set() and report.tallies["CastCarriesPartials"].accepted > 0
 
 
 def test_the_cli_exits_1_on_an_unsound_rule(monkeypatch, capsys):

@@ -179,15 +179,16 @@ def type_state(type_: Type) -> str:
 # -- execution and comparison --------------------------------------------------------------------
 
 
-def _close(got: np.ndarray, want: np.ndarray) -> str | None:
-    """None when `got` matches `want` within the dtype's tolerance, else what differs."""
+def _close(got: np.ndarray, want: np.ndarray, floor: float = 0.0) -> str | None:
+    """None when `got` matches `want` within the dtype's tolerance (at least `floor`), else
+    what differs."""
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape:
         return f"shape {list(got.shape)} != {list(want.shape)}"
     if want.dtype.kind in "biu" or want.dtype.name not in _TOLERANCE:
         return None if same_values(got, want) else "values differ (exact dtype)"
     g, w = got.astype(np.float64), want.astype(np.float64)
-    tolerance = _TOLERANCE[want.dtype.name]
+    tolerance = max(_TOLERANCE[want.dtype.name], floor)
     scale = max(1.0, float(np.nanmax(np.abs(w), initial=0.0)))
     if np.allclose(g, w, rtol=tolerance, atol=tolerance * scale, equal_nan=True):
         return None
@@ -199,11 +200,11 @@ def _close(got: np.ndarray, want: np.ndarray) -> str | None:
     return f"max |error| {error:.3g} (tolerance {tolerance:g} x scale {scale:.3g})"
 
 
-def _refutation(result, truth) -> str | None:
+def _refutation(result, truth, floor: float = 0.0) -> str | None:
     """Complete each result leaf through its own (claimed) type and compare with the truth."""
     if isinstance(truth, tuple):
         for index, (leaf, want) in enumerate(zip(result, truth, strict=True)):
-            why = _refutation(leaf, want)
+            why = _refutation(leaf, want, floor)
             if why:
                 return f"result {index}: {why}"
         return None
@@ -212,12 +213,24 @@ def _refutation(result, truth) -> str | None:
             shards = list(result.shards.values())
             if not all(same_values(shards[0], s) for s in shards[1:]):
                 return "the plain result differs across devices"
-            return _close(shards[0], truth)
+            return _close(shards[0], truth, floor)
         try:
             result = gather(result, "validator", complete_partials=True)
         except Exception as err:
             return f"the shards do not complete to the claimed state: {type(err).__name__}: {err}"
-    return _close(result, truth)
+    return _close(result, truth, floor)
+
+
+def _addend_rounding(combo) -> float:
+    """The tolerance of the coarsest float operand placed as Partial(sum): its addends are
+    rounded in its own dtype, so they sum to its value only that closely, even where the
+    result is wider (a widening Cast)."""
+    floors = [
+        _TOLERANCE.get(type_.dtype.to_numpy().name, 0.0)
+        for attrs, type_ in combo
+        if attrs is not None and any(a == P("sum") for a in attrs) and type_.dtype.is_float
+    ]
+    return max(floors, default=0.0)
 
 
 def _leaves(value) -> tuple:
@@ -344,7 +357,7 @@ class SampleRun:
                 return "unexecutable", f"{type(err).__name__}: {err}"
             except Exception as err:
                 return "unexecutable", f"crash {type(err).__name__}: {err}"
-            why = _refutation(result, truth)
+            why = _refutation(result, truth, _addend_rounding(combo))
             if why:
                 return "refuted", ("sign-flipped: " if flip else "") + why
         return "ok", None

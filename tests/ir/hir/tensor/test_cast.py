@@ -12,7 +12,7 @@ from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.evaluator import evaluate as evaluate_function
 from tilefoundry.evaluator.dtypes import SUPPORTED_DTYPES
-from tilefoundry.ir.hir.tensor.cast import Cast
+from tilefoundry.ir.hir.tensor.cast import Cast, widens_exactly
 from tilefoundry.ir.types import (
     DimVar,
     DType,
@@ -24,10 +24,15 @@ from tilefoundry.ir.types import (
     f32,
     f64,
     fp8e4m3,
+    i8,
+    i16,
     i32,
     i64,
     make_shard_tensor_type,
     make_tensor_type,
+    u8,
+    u16,
+    u32,
     u64,
 )
 from tilefoundry.ir.types.shard import B, Layout, Partial, Split, make_mesh
@@ -84,6 +89,25 @@ CASES = [
     # a cast to the operand's own dtype is the identity, which commutes with every reduction
     case("identity-sum", f32, sx((8,), SUM), sx((8,), SUM)),
     case("identity-max", f32, sxy((8,), MAX, SUM), sxy((8,), MAX, SUM)),
+    # issue 29: an exact widening holds every value, so the widened addends sum (max, min) to
+    # the widened value: the fp32 all-reduce of a bf16 partial
+    case("bf16-f32-sum", f32, sx((8,), SUM, dtype=bf16), sx((8,), SUM)),
+    case("f16-f32-max", f32, sx((8,), MAX, dtype=f16), sx((8,), MAX)),
+    case("f32-f64-sum", f64, sxy((4, 8), SUM, MIN), sxy((4, 8), SUM, MIN, dtype=f64)),
+    case("fp8-f16-sum", f16, sx((8,), SUM, dtype=fp8e4m3), sx((8,), SUM, dtype=f16)),
+    case("fp8-bf16-min", bf16, sx((8,), MIN, dtype=fp8e4m3), sx((8,), MIN, dtype=bf16)),
+    case("i32-i64-max", i64, sx((8,), MAX, dtype=i32), sx((8,), MAX, dtype=i64)),
+    case("u8-i16-min", i16, sx((8,), MIN, dtype=u8), sx((8,), MIN, dtype=i16)),
+    case("u8-u16-max", u16, sx((8,), MAX, dtype=u8), sx((8,), MAX, dtype=u16)),
+    # an integer sum wraps at the narrow range and the wide sum does not: max/min only
+    case("i32-i64-sum", i64, sx((8,), SUM, dtype=i32), r"sum of i32 wraps at i32's range.*max/min"),
+    # narrowing, or a format missing bits of the other, rounds or wraps some values
+    case("f32-bf16-max", bf16, sx((8,), MAX), r"f32 -> bf16 rounds or wraps.*f32 -> f64\)"),
+    case("f16-bf16-sum", bf16, sx((8,), SUM, dtype=f16), r"f16 -> bf16 rounds or wraps"),
+    case("bf16-f16-max", f16, sx((8,), MAX, dtype=bf16), r"bf16 -> f16 rounds or wraps"),
+    case("i8-u16-max", u16, sx((8,), MAX, dtype=i8), r"i8 -> u16 rounds or wraps"),
+    case("i64-i32-min", i32, sx((8,), MIN, dtype=i64), r"i64 -> i32 .*e\.g\. i64 -> i64"),
+    case("i32-f64-max", f64, sx((8,), MAX, dtype=i32), r"i32 -> f64 rounds or wraps"),
 ]
 
 
@@ -192,3 +216,52 @@ def test_surface_name():
     entry = surface_entry("cast")
     assert entry.op_class is Cast
     assert entry.fixed == {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact widening (issue 29): the predicate against every value of the small formats
+
+
+NARROW_FLOATS = (f16, bf16, fp8e4m3, f8e8m0, f4e2m1)
+FLOATS = (*NARROW_FLOATS, f32, f64)
+INTS = (i8, i16, i32, i64, u8, u16, u32, u64)
+
+
+def every_value(dtype) -> np.ndarray:
+    """Each bit pattern of a format of at most 16 bits (f4e2m1: in one byte's low bits), read
+    as that format, NaNs dropped."""
+    patterns = np.arange(2**dtype.bits, dtype=np.uint16 if dtype.bits > 8 else np.uint8)
+    values = patterns.view(np.dtype(dtype.to_numpy()))
+    with np.errstate(invalid="ignore"):
+        return values[~np.isnan(values.astype(np.float64))]
+
+
+@pytest.mark.parametrize("target", FLOATS, ids=str)
+@pytest.mark.parametrize("source", NARROW_FLOATS, ids=str)
+def test_a_float_widening_holds_every_value_exactly(source, target):
+    values = every_value(source)
+    with np.errstate(invalid="ignore", over="ignore"):
+        there = values.astype(target.to_numpy())
+        exact = np.array_equal(there.astype(np.float64), values.astype(np.float64))
+    assert widens_exactly(source, target) == exact
+
+
+@pytest.mark.parametrize("target", INTS, ids=str)
+@pytest.mark.parametrize("source", INTS, ids=str)
+def test_an_integer_widening_is_a_range_inside_the_target(source, target):
+    held, into = np.iinfo(source.to_numpy()), np.iinfo(target.to_numpy())
+    assert widens_exactly(source, target) == (into.min <= held.min and held.max <= into.max)
+
+
+def test_ints_and_floats_never_widen_into_each_other():
+    assert not any(widens_exactly(a, b) or widens_exactly(b, a) for a in INTS for b in FLOATS)
+    assert not widens_exactly(bool_, i32) and not widens_exactly(f32, bool_)
+
+
+def test_why_an_integer_widening_does_not_carry_a_sum():
+    """Two i32 addends whose i32 sum wraps: widening after the sum (what a reshard of the i32
+    partial then a cast computes) differs from summing the widened addends."""
+    addends = np.array([2**31 - 1, 1], np.int32)
+    wrapped = addends.sum(dtype=np.int32).astype(np.int64)
+    widened = addends.astype(np.int64).sum()
+    assert wrapped == -(2**31) and widened == 2**31

@@ -5,6 +5,10 @@ boundary for the low-precision formats, so any dtype converts to any other at ty
 reference evaluator limits the targets it can produce: its one support table
 (`evaluator/dtypes.py`, DESIGN §4.9) refuses a call whose result dtype it lacks (f4e2m1) before
 the kernel runs, so the kernel converts to whatever it is given.
+
+Pending reductions: the seed states no commutation for Cast; an exact widening (every value of
+the operand's dtype is one of the target's) is the identity on values, so it carries them
+(`_refuse_partials` says which): this is how a bf16 partial is all-reduced in f32.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from tilefoundry.ir.hir.op_support import (
     result_storage,
     tensor_operands,
 )
-from tilefoundry.ir.types import DType, TensorType, i32
+from tilefoundry.ir.types import DType, TensorType, bf16, f16, f32, i16, i32
 from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
@@ -43,16 +47,55 @@ class Cast(Op):
     dtype = ParamDef("attribute", DType, validate=as_dtype)
 
 
+def widens_exactly(source: DType, target: DType) -> bool:
+    """Whether every value of `source` is a value of `target`: a float format with at least as
+    many exponent and mantissa bits (bf16/f16 -> f32, f32 -> f64), or an integer range inside
+    the target's (i8 -> i32, u8 -> i16; never signed -> unsigned)."""
+    if source.is_float and target.is_float:
+        return (
+            target.exponent_bits >= source.exponent_bits
+            and target.mantissa_bits >= source.mantissa_bits
+        )
+    if source.is_int and target.is_int:
+        if source.is_unsigned:
+            return target.bits > source.bits or (target.is_unsigned and target.bits >= source.bits)
+        return not target.is_unsigned and target.bits >= source.bits
+    return False
+
+
+def _refuse_partials(op: Cast, x: TensorType) -> None:
+    """A widening cast is the identity on values, so it commutes with max and min, and the
+    widened addends sum to the widened sum: a float Partial(sum) means the real sum, which
+    rounds no worse in the wider format. Integer sums wrap at the operand's range, which the
+    wider sum does not, so an integer widening carries only max/min. Any other cast rounds or
+    wraps some value, and no commutation is proven for it (the seed states none)."""
+    source, target = x.dtype, op.dtype
+    if not widens_exactly(source, target):
+        why = (
+            f"a cast {source} -> {target} rounds or wraps some values, so it is not proven to "
+            "commute with any reduction; only a widening cast, which holds every value exactly "
+            f"(e.g. {source} -> {_widening_example(source)}), carries a pending reduction"
+        )
+        refuse_partials(op, (("x", x),), why=why)
+    elif source.is_int:
+        why = (
+            f"a pending sum of {source} wraps at {source}'s range, which the {target} sum of the "
+            f"widened addends does not, so the widening {source} -> {target} carries max/min only"
+        )
+        refuse_partials(op, (("x", x),), allowed=("max", "min"), why=why)
+
+
+def _widening_example(source: DType) -> str:
+    if source.is_int:
+        return "i64" if source.is_signed else "a wider int"
+    return "f64" if source == f32 else "f32"
+
+
 @register_typeinfer(Cast)
 def _typeinfer(op: Cast, arg_types, ctx) -> TensorType:
     (x,) = tensor_operands(op, arg_types)
     if op.dtype != x.dtype:
-        refuse_partials(
-            op,
-            (("x", x),),
-            why=f"a cast {x.dtype} -> {op.dtype} rounds or wraps each addend, so it is not "
-            "proven to commute with any reduction (the seed states none)",
-        )
+        _refuse_partials(op, x)
     return TensorType(x.shape, op.dtype, x.layout, result_storage(op, arg_types))
 
 
@@ -88,7 +131,11 @@ def _validation_samples() -> list[Sample]:
     return [
         Sample(Cast(dtype="f16"), (operand(4, 8),), "f32->f16"),
         Sample(Cast(dtype="i32"), (operand(4, 8),), "f32->i32"),
+        Sample(Cast(dtype="f32"), (operand(4, 8, dtype=bf16),), "bf16->f32 (widening)"),
+        Sample(Cast(dtype="i32"), (operand(4, 8, dtype=i16),), "i16->i32 (widening)"),
         Sample(Cast(dtype="f32"), (operand(4, 8, dtype=i32),), "i32->f32", False),
+        Sample(Cast(dtype="f32"), (operand(4, 8, dtype=f16),), "f16->f32 (widening)", False),
+        Sample(Cast(dtype="f64"), (operand(4, 8),), "f32->f64 (widening)", False),
     ]
 
 
