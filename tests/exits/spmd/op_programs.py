@@ -1,8 +1,9 @@
 # ruff: noqa: F821
 # Dtype names in Tensor[...] are strings that ruff reads as forward references.
 """Programs for the ops whose mesh semantics the SPMD exit lowers by their own rules (Reshape head
-split and merge, RoPE, Gather over a split vocabulary, CacheUpdate, InsertSlice, Concat, Stack,
-ShapeOf, Rank), each with an independent float64 numpy oracle and the collectives it must emit.
+split and merge, RoPE, Gather over a split vocabulary, batched too, CacheUpdate, InsertSlice,
+Concat, Stack, ShapeOf, Rank), each with an independent float64 numpy oracle and the collectives
+it must emit.
 
 `run(name, arrays)` runs one by name inside the 8-device worker (tests/conftest.py), so only
 names and arrays cross the process boundary.
@@ -26,6 +27,7 @@ ATTENTION_OUT = ShardLayout(Layout((2, 4, 32)), (B,), TP)
 EMBEDDED = ShardLayout(Layout((6, 8)), (B,), TP)
 EMBEDDED_2D = ShardLayout(Layout((2, 3, 8)), (B, B), GRID)
 COLUMNS = ShardLayout(Layout((4, 5)), (B,), TP)
+TARGETS = ShardLayout(Layout((6, 1)), (B,), TP)
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,25 @@ def vocab_on_one_axis_of_two(table: Tensor[(32 @ GRID.tp, 8), "f32"], ids: Tenso
 def gather_columns(x: Tensor[(4, 16 @ TP.tp), "f32"], ids: Tensor[(5,), "i32"]):
     picked = tf.gather(x, ids, axis=1)
     return tf.reshard(picked, layout=COLUMNS, storage="gmem")
+
+
+# ---- batched gathers (issue 29): the target logit over a split vocabulary, and a gather of each
+# device's own batch rows at its own indices ---------------------------------------------------
+
+
+@func
+def target_logit(logits: Tensor[(6, 16 @ TP.tp), "f32"], targets: Tensor[(6, 1), "i32"]):
+    picked = tf.gather(logits, targets, axis=1, batch_dims=1)
+    return tf.reshard(picked, layout=TARGETS, storage="gmem")
+
+
+@func
+def own_rows(x: Tensor[(8 @ GRID.dp, 6, 4 @ GRID.tp), "f32"], ids: Tensor[(8 @ GRID.dp, 3), "i32"]):
+    return tf.gather(x, ids, axis=1, batch_dims=1)
+
+
+def own_rows_oracle(x, ids):
+    return np.take_along_axis(x, ids[:, :, None], axis=1)
 
 
 # ---- decode step: the KV cache written with its heads sharded, no communication ---------------
@@ -181,6 +202,18 @@ PROGRAMS = {
         lambda x, ids: x[:, ids],
         lambda rng: (normal(rng, 4, 16), np.array([15, 0, 4, 3, 12], np.int32)),
         ("all_reduce",),
+    ),
+    "target_logit": OpProgram(
+        target_logit,
+        lambda logits, targets: np.take_along_axis(logits, targets, axis=1),
+        lambda rng: (normal(rng, 6, 16), np.array([[0], [15], [4], [3], [12], [8]], np.int32)),
+        ("all_reduce",),
+    ),
+    "own_rows": OpProgram(
+        own_rows,
+        own_rows_oracle,
+        lambda rng: (normal(rng, 8, 6, 4), rng.integers(0, 6, (8, 3)).astype(np.int32)),
+        (),
     ),
     "decode_cache": OpProgram(
         decode_cache,

@@ -125,14 +125,28 @@ CASES = [
     # the internal Layout is natural C-order, never inherited (per-instance strides dropped)
     ("fresh C-order", Gather(axis=1), laid_out((16, 8), (4, 4, 8), (0, 8, 1), X, S(0)),
      idx((5,)), sharded((16, 5), X, S(0))),
-    # batched gather on value-carrying shards fails closed; replicated operands are fine
+    # issue 29: a batched gather takes the same rules, its batch axes carried (the seed's
+    # "value-carrying shards fail closed" for batch_dims > 0 is lifted, DESIGN §4.8)
     ("batched on Split", Gather(axis=1, batch_dims=1), sharded((4, 16), X, S(0)), idx((4, 2)),
-     r"batched gather \(batch_dims=1\)"),
+     sharded((4, 2), X, S(0))),
     ("batched on Partial", Gather(axis=1, batch_dims=1), sharded((4, 16), X, P("sum")),
-     idx((4, 2)), r"batched gather"),
+     idx((4, 2)), sharded((4, 2), X, P("sum"))),
     ("batched on Broadcast", Gather(axis=1, batch_dims=1), sharded((4, 16), X, B), idx((4, 2)),
      plain((4, 2))),
-    # indices are replicated: a sharded indices operand fails closed
+    ("batched, gathered Split (the target logit)", Gather(axis=1, batch_dims=1),
+     sharded((4, 16), X, S(1)), idx((4, 1)), laid_out((4, 1), (4, 1), (1, 1), X, P("sum"))),
+    ("batched, carried Split after", Gather(axis=1, batch_dims=1),
+     sharded((4, 16, 8), XY, B, S(2)), idx((4, 3)), sharded((4, 3, 8), XY, B, S(2))),
+    ("batched, gathered + batch Split", Gather(axis=1, batch_dims=1),
+     sharded((4, 16), XY, S(0), S(1)), idx((4, 3)), r"several Splits"),
+    # indices split along a batch axis exactly as x splits it: each device its own rows
+    ("batched, indices split alike", Gather(axis=1, batch_dims=1), sharded((4, 16), X, S(0)),
+     sharded((4, 3), X, S(0), dtype=i32), sharded((4, 3), X, S(0))),
+    ("batched, only indices split", Gather(axis=1, batch_dims=1), plain((4, 16)),
+     sharded((4, 3), X, S(0), dtype=i32), r"indices' carries the sharding.*batch axis that 'x'"),
+    ("batched, indices split on an index axis", Gather(axis=1, batch_dims=1),
+     sharded((4, 16), X, S(0)), sharded((4, 4), X, S(1), dtype=i32), r"indices' carries"),
+    # indices are otherwise replicated: a sharded indices operand fails closed
     ("Split indices", Gather(axis=0), plain((16,)), sharded((8,), X, S(0), dtype=i32),
      r"operand 'indices' carries the sharding.*reshard\(indices"),
     ("Partial indices", Gather(axis=0), plain((16,)), sharded((8,), X, P("sum"), dtype=i32),

@@ -8,15 +8,21 @@ rule is written here by hand, as the seed states it:
   commutes with max/min just as well, each output element being one input element);
 - a Split on the gathered axis becomes Partial(sum) on that mesh axis (each device holds the true
   rows it owns and contributes zero rows elsewhere), and only when it is the only Split;
-- a Split on another axis carries, renumbered around the index dims;
+- a Split on another axis carries, renumbered around the index dims (for a batched gather,
+  `indices` replicated there is cut to each device's batch rows);
 - the output Layout is always natural C-order over the output shape, never inherited.
 
-`indices` must be an integer tensor and replicated (the seed shards only `x`); a batched gather
-(`batch_dims > 0`) over value-carrying shards fails closed. Valid indices lie in [0, extent):
-out-of-range, including negative, indices are an evaluation error rather than numpy's wrap.
+A batched gather (`batch_dims > 0`, the Megatron vocab-parallel cross-entropy's target logit,
+an MoE combine) takes the same rules, the batch axes being carried axes (issue 29; the seed
+refuses it, DESIGN §4.8). `indices` must be an integer tensor, replicated (the seed shards only
+`x`) except on a batch axis, which it may split exactly as `x` splits it: each device then
+gathers its own batch rows at its own indices. Valid indices lie in [0, extent): out-of-range,
+including negative, indices are an evaluation error rather than numpy's wrap.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,6 +34,7 @@ from tilefoundry.ir.hir.op_support import (
     normalize_axis,
     op_name,
     result_storage,
+    split_owners,
     tensor_operands,
 )
 from tilefoundry.ir.lowering.values import Value, gather
@@ -117,13 +124,52 @@ def check_index_range(op: Op, indices: np.ndarray, axis: int, extent: int) -> No
 
 def _check_operands(op: Gather, x: TensorType, indices: TensorType) -> int:
     axis = check_indexing(op, x, indices)
-    if _real_sharding(indices.layout):
-        raise VerifyError(
-            f"Gather: operand 'indices' carries the sharding {indices.layout.attrs}; only 'x' may "
-            "be sharded (the seed defines no rule for sharded indices), so it fails closed; "
-            "insert reshard(indices, ...) to Broadcast on every mesh axis first"
+    if not _real_sharding(indices.layout):
+        return axis
+    layout = indices.layout
+    x_splits = _splits_by_axis(split_owners("Gather: operand 'x'", x))
+    index_owners = split_owners("Gather: operand 'indices'", indices)
+    index_splits = _splits_by_axis(index_owners)
+    for mesh_axis, attr in enumerate(layout.attrs):
+        if isinstance(attr, Broadcast):
+            continue
+        label = mesh_axis_label(layout.mesh, mesh_axis)
+        axis_of = index_owners.get(mesh_axis, (None,))[0]
+        alike = (
+            axis_of is not None
+            and axis_of < op.batch_dims
+            and isinstance(x.layout, ShardLayout)
+            and x.layout.mesh == layout.mesh
+            and x_splits.get(axis_of) == index_splits[axis_of]
         )
+        if not alike:
+            raise VerifyError(
+                f"Gather: operand 'indices' carries the sharding {layout.attrs}, {attr} on "
+                f"{label}; indices may be split only along a batch axis that 'x' splits the "
+                "same way (the seed defines no other rule for sharded indices), so it fails "
+                f"closed; insert reshard(indices, ...) to Broadcast on {label} first"
+            )
     return axis
+
+
+def _splits_by_axis(owners: dict) -> dict[int, frozenset]:
+    """Logical axis -> its (mesh axis, factor index) pairs: how it is split, whole."""
+    found: dict[int, set] = {}
+    for mesh_axis, (axis, factor, _) in owners.items():
+        found.setdefault(axis, set()).add((mesh_axis, factor))
+    return {axis: frozenset(pairs) for axis, pairs in found.items()}
+
+
+def index_mask_shape(indices_shape: tuple, axis: int, batch: int, rank: int) -> tuple:
+    """The shape that lines an indices-shaped mask up with the axes of the gather's result (or
+    a scatter's updates): batch axes first, then x's axes before `axis`, then the index axes,
+    then x's axes after it (`rank` is x's rank)."""
+    return (
+        *indices_shape[:batch],
+        *(1,) * (axis - batch),
+        *indices_shape[batch:],
+        *(1,) * (rank - axis - 1),
+    )
 
 
 def _output_shape(x: TensorType, indices: TensorType, axis: int, batch: int) -> tuple:
@@ -139,12 +185,6 @@ def _output_layout(op: Gather, x: TensorType, out_shape: tuple, axis: int, n_ind
         raise VerifyError(
             "Gather: operand 'x' has a composed layout, from which no output layout is "
             "derivable (hir Gather); insert reshard(x, ...) to a plain layout first"
-        )
-    if op.batch_dims > 0:
-        raise VerifyError(
-            f"Gather: a batched gather (batch_dims={op.batch_dims}) over the value-carrying "
-            f"sharding {sl.attrs} of operand 'x' is not supported (hir Gather); insert "
-            "reshard(x, ...) to Broadcast on every mesh axis first"
         )
     layout_shape = tuple(flatten(sl.layout.shape))
     splits: dict[int, tuple[int, tuple[int, ...]]] = {}
@@ -227,21 +267,33 @@ def _eval(op: Gather, args, out_type: TensorType) -> np.ndarray:
     return out
 
 
-def _device_reading(op: Gather, rank: int, n_index: int, call):
+@dataclass(frozen=True)
+class _DeviceReading:
     """What each device's gather reads, for both engines (the evaluator's `ShardedCall` and the
-    SPMD exit's `SpmdCall`): the gathered axis, the result axis each axis of `x` runs along
-    (None for the gathered one), and the mesh axes splitting the gathered axis (whose result
-    must be Partial(sum) there). A batched gather of a split `x` fails closed, as typeinfer
-    refuses it."""
-    axis = op.axis % rank
-    held = call.splits(0)
-    if held and op.batch_dims:
-        raise UnsupportedError(
-            f"{call.where}: a batched gather of a split 'x' has no block reading"
-        )
-    axes = [j if j < axis else j + n_index - 1 for j in range(rank)]
-    axes[axis] = None
-    owners = held.get(axis, ())
+    SPMD exit's `SpmdCall`): the result axis each axis of `x` runs along (None for the gathered
+    one) and each axis of `indices` runs along, the result axes `indices` is read whole along
+    (x's other axes), and the mesh axes splitting the gathered axis (whose result must be
+    Partial(sum) there)."""
+
+    axis: int
+    batch: int
+    rank: int
+    x_axes: list
+    index_axes: list
+    independent_of: frozenset
+    owners: tuple
+
+    def mask_shape(self, indices_shape: tuple) -> tuple:
+        return index_mask_shape(indices_shape, self.axis, self.batch, self.rank)
+
+
+def _device_reading(op: Gather, rank: int, indices_rank: int, call) -> _DeviceReading:
+    axis, batch = op.axis % rank, op.batch_dims
+    n_index = indices_rank - batch
+    x_axes = [j if j < axis else j + n_index - 1 for j in range(rank)]
+    x_axes[axis] = None
+    index_axes = [*range(batch), *range(axis, axis + n_index)]
+    owners = call.splits(0).get(axis, ())
     out = call.out_fields[0]
     attrs = out.layout.attrs if isinstance(out.layout, ShardLayout) else ()
     if owners and any(m >= len(attrs) or attrs[m] != Partial("sum") for m in owners):
@@ -249,7 +301,8 @@ def _device_reading(op: Gather, rank: int, n_index: int, call):
             f"{call.where}: 'x' is Split on the gathered axis but the result is not "
             "Partial(sum) there, so the devices' row lookups have no reading as the result"
         )
-    return axis, axes, owners
+    carried = frozenset(a for j, a in enumerate(x_axes) if a is not None and j >= batch)
+    return _DeviceReading(axis, batch, rank, x_axes, index_axes, carried, owners)
 
 
 @register_sharded_eval(Gather)
@@ -259,21 +312,22 @@ def _sharded_eval(op: Gather, args, call):
     it owns and writes zeros for the others, so the devices hold the addends of the
     Partial(sum) typeinfer claims."""
     x, indices = args
-    axis, axes, owners = _device_reading(op, len(x.shape), len(indices.shape), call)
-    out = call.out_fields[0]
+    reading = _device_reading(op, len(x.shape), len(indices.shape), call)
+    axis, out = reading.axis, call.out_fields[0]
 
     def device(coord):
-        x_local = call.aligned(x, coord, axes, own=frozenset({axis}))
-        index = np.asarray(call.shard(indices, coord))
+        x_local = call.aligned(x, coord, reading.x_axes, own=frozenset({axis}))
+        index = np.asarray(
+            call.aligned(indices, coord, reading.index_axes, independent_of=reading.independent_of)
+        )
         check_index_range(op, index, axis, x.shape[axis])
-        if not owners:
+        if not reading.owners:
             return _eval(op, (x_local, index), out)
         owned = call.indices(0, axis, coord)  # sorted: a block, or a strided set
         mine = np.isin(index, owned)
         local = np.where(mine, np.searchsorted(owned, index), 0).astype(index.dtype)
         rows = _eval(op, (x_local, local), out)
-        mask = mine.reshape((1,) * axis + mine.shape + (1,) * (rows.ndim - axis - mine.ndim))
-        return np.where(mask, rows, np.zeros_like(rows))
+        return np.where(mine.reshape(reading.mask_shape(mine.shape)), rows, np.zeros_like(rows))
 
     return call.wrap({coord: device(coord) for coord in call.coords})
 
@@ -287,16 +341,17 @@ def _spmd_lowering(op: Gather, operands, call):
     Partial(sum) typeinfer claims; no collective is emitted (the program's Reshard completes
     it). Out-of-range indices, an error in the reference, are clamped by `stablehlo.gather`."""
     x, indices = operands
-    axis, axes, owners = _device_reading(op, len(x.type.shape), len(indices.type.shape), call)
-    x_local = call.aligned(x, axes, own=frozenset({axis}))
-    if not owners:
+    reading = _device_reading(op, len(x.type.shape), len(indices.type.shape), call)
+    axis = reading.axis
+    x_local = call.aligned(x, reading.x_axes, own=frozenset({axis}))
+    indices = call.aligned(indices, reading.index_axes, independent_of=reading.independent_of)
+    if not reading.owners:
         return call.run_local((x_local, indices))
     table, index = call.value(x_local), call.value(indices)
     start = call.block_start(0, axis).convert(index.dtype).broadcast_in_dim([], index.shape)
     mine = (index >= start) & (index < start + table.shape[axis])
-    rows = gather(table, mine.select(index - start, index.full(0)), axis)
-    lookup_axes = list(range(axis, axis + index.rank))
-    mask = mine.broadcast_in_dim(lookup_axes, rows.shape)
+    rows = gather(table, mine.select(index - start, index.full(0)), axis, op.batch_dims)
+    mask = mine.broadcast_in_dim(reading.index_axes, rows.shape)
     return call.wrap(mask.select(rows, rows.full(0)))
 
 
@@ -323,6 +378,17 @@ def _validation_samples() -> list[Sample]:
     return [
         Sample(Gather(axis=0), (operand(8, 4), index_operand(4, bound=8)), "axis 0"),
         Sample(Gather(axis=1), (operand(4, 8), index_operand(4, 4, bound=8)), "axis 1", False),
+        Sample(
+            Gather(axis=1, batch_dims=1),
+            (operand(4, 8), index_operand(4, 4, bound=8)),
+            "axis 1, batched (the target logit)",
+        ),
+        Sample(
+            Gather(axis=1, batch_dims=1),
+            (operand(4, 8, 4), index_operand(4, 2, bound=8)),
+            "axis 1, batched, a carried axis after it",
+            False,
+        ),
     ]
 
 

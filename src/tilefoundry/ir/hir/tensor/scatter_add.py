@@ -25,7 +25,11 @@ from tilefoundry.ir.hir.op_support import (
     same_dtype,
     tensor_operands,
 )
-from tilefoundry.ir.hir.tensor.gather import check_index_range, check_indexing
+from tilefoundry.ir.hir.tensor.gather import (
+    check_index_range,
+    check_indexing,
+    index_mask_shape,
+)
 from tilefoundry.ir.hir.tensor.scatter_sharding import (
     ScatterPlacement,
     ScatterReading,
@@ -123,14 +127,6 @@ def _eval(op: ScatterAdd, args, out_type: TensorType) -> np.ndarray:
     return _add_at(op, x, indices, updates, out_type.dtype)
 
 
-def _owned_mask(mine: np.ndarray, reading: ScatterReading) -> tuple:
-    """The shape that lines an indices-shaped mask up with the updates' axes."""
-    shape = mine.shape
-    gap = reading.axis - reading.batch
-    tail = reading.rank - reading.axis - 1
-    return (*shape[: reading.batch], *(1,) * gap, *shape[reading.batch :], *(1,) * tail)
-
-
 @register_sharded_eval(ScatterAdd)
 def _sharded_eval(op: ScatterAdd, args, call):
     """Each device adds its share of the updates into its block of `x` (module docstring); on a
@@ -154,7 +150,8 @@ def _sharded_eval(op: ScatterAdd, args, call):
             owned = call.indices(0, reading.axis, coord)
             mine = np.isin(index, owned)
             index = np.where(mine, np.searchsorted(owned, index), 0).astype(index.dtype)
-            added = np.where(mine.reshape(_owned_mask(mine, reading)), added, added.dtype.type(0))
+            lined_up = index_mask_shape(mine.shape, reading.axis, reading.batch, reading.rank)
+            added = np.where(mine.reshape(lined_up), added, added.dtype.type(0))
         return _add_at(op, x_local, index, added, out.dtype)
 
     return call.wrap({coord: device(coord) for coord in call.coords})
