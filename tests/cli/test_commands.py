@@ -8,10 +8,11 @@ from cli.conftest import EXAMPLES
 EXAMPLE_FILES = sorted(p.name for p in EXAMPLES.glob("*.py"))
 
 
-def test_the_examples_are_the_documented_eleven():
+def test_the_examples_are_the_documented_twelve():
     assert EXAMPLE_FILES == [
         "dispatch_kernel.py",
         "flash_attention.py",
+        "gpt2.py",
         "llama.py",
         "megatron_grad.py",
         "megatron_mlp.py",
