@@ -5,7 +5,9 @@ hir §1.3 prefers the subscript spelling for sub-tensors. A slice keeps its axis
 end and therefore needs a static extent. A bound that is an affine form of a loop variable is a
 loop window (`frontend.windows`, DESIGN §4.14): each becomes a `tf.dynamic_slice`, and the static
 entries one `tf.slice` after them. `acc[:, i] = tile` writes one loop window
-(`tf.dynamic_update_slice`) and rebinds `acc`.
+(`tf.dynamic_update_slice`) and rebinds `acc`. A per-device window (a loop over one device's share
+of a split axis) is a `tf.blocked_dynamic_slice` / `tf.blocked_dynamic_update_slice` and keeps its
+axis, one window per device.
 """
 
 from __future__ import annotations
@@ -98,7 +100,9 @@ class SubscriptBuilder(WindowBuilder):
             if window is None:
                 entries.append((element, value))
                 continue
-            self.prove_window(window, type_.shape[axis])
+            window = self.per_device(window, type_)
+            extent = type_.shape[axis]
+            self.prove_window(window, extent if window.blocks == 1 else extent // window.blocks)
             windows.append(window)
             entries.append((element, slice(None)))
         return entries, windows
@@ -109,11 +113,12 @@ class SubscriptBuilder(WindowBuilder):
             self.diag.refuse(node, f"cannot subscript a value of type {type_}")
         entries, windows = self.windows(node, type_)
         for window in windows:
+            op = "dynamic_slice" if window.blocks == 1 else "blocked_dynamic_slice"
             owner = self.surface_call(
-                window.node, "dynamic_slice", [owner, window.index.var], _window_attrs(window)
+                window.node, op, [owner, window.index.var], _window_attrs(window)
             )
         type_ = owner.type
-        dropped = {w.axis for w in windows if w.drop}
+        dropped = {w.axis for w in windows if w.drop and w.blocks == 1}
         begin, end, strides, squeeze = [], [], [], []
         for axis, (element, value) in enumerate(entries):
             extent = type_.shape[axis]
@@ -181,18 +186,15 @@ class SubscriptBuilder(WindowBuilder):
             )
         (window,) = windows
         update = self.tensor_operand(target, value, [owner])
-        if window.drop:
+        if window.drop and window.blocks == 1:
             shape = list(owner.type.shape)
             shape[window.axis] = 1
             update = self.surface_call(target, "reshape", [update], {"new_shape": tuple(shape)})
         attrs = _window_attrs(window)
         del attrs["size"]
+        op = "dynamic_update_slice" if window.blocks == 1 else "blocked_dynamic_update_slice"
         written = self.surface_call(
-            target,
-            "dynamic_update_slice",
-            [owner, update, window.index.var],
-            attrs,
-            target.value.id,
+            target, op, [owner, update, window.index.var], attrs, target.value.id
         )
         self.env.bind(target.value.id, written)
 
@@ -213,7 +215,8 @@ class SubscriptBuilder(WindowBuilder):
 
 def _window_attrs(window: Window) -> dict:
     index = window.index
-    return {"axis": window.axis, "size": window.size, "scale": index.scale, "offset": index.offset}
+    attrs = {"axis": window.axis, "size": window.size, "scale": index.scale, "offset": index.offset}
+    return attrs if window.blocks == 1 else {**attrs, "blocks": window.blocks}
 
 
 def _whole(attrs: dict, type_: TensorType) -> bool:

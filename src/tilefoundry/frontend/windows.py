@@ -11,18 +11,24 @@ The frontend knows each loop's domain, so it proves a window in range when the l
 the axis extent are static and refuses one that leaves the axis at its first or last iteration.
 A window it cannot prove (symbolic bounds) is clamped at run time, DynamicSlice's one documented
 behaviour shared by the simulator and the exits.
+
+A window of a split axis whose loop walks exactly one device's share of it is each device's own
+(`per_device`, issue 29): the loop over local experts that expert parallelism is written with.
 """
 
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, replace
+from math import prod
 from typing import Any
 
 from tilefoundry.frontend.expressions import ExpressionBuilder
 from tilefoundry.frontend.tile_window import TileWindow
 from tilefoundry.ir.core import Var
-from tilefoundry.ir.types import format_dim
+from tilefoundry.ir.hir.op_support import split_owners
+from tilefoundry.ir.types import TensorType, format_dim
+from tilefoundry.ir.types.shard import ShardLayout
 from tilefoundry.ir.types.shard.int_tuple import is_int
 
 
@@ -39,13 +45,15 @@ class LoopIndex:
 
 @dataclass(frozen=True)
 class Window:
-    """One windowed axis of a subscript: `size` elements from `index`; `drop` for `x[i]`."""
+    """One windowed axis of a subscript: `size` elements from `index`; `drop` for `x[i]`.
+    `blocks` > 1: a per-device window, taken in each of that many blocks (see `per_device`)."""
 
     axis: int
     index: LoopIndex
     size: int
     drop: bool
     node: ast.AST
+    blocks: int = 1
 
 
 class WindowBuilder(ExpressionBuilder):
@@ -107,6 +115,35 @@ class WindowBuilder(ExpressionBuilder):
                 "give tile(...) a compile-time int step",
             )
         return Window(axis, index, index.tile, False, element)
+
+    def per_device(self, window: Window, type_: TensorType) -> Window:
+        """The window as each device's own when its axis is split and the loop walks exactly
+        one device's share of it (expert parallelism: `for e in range(E_LOCAL): w[e]` over
+        experts split on `ep`): its windows start at 0 and tile the local extent. It is then
+        taken in each of the `n` blocks the `n` devices splitting the axis hold (ops
+        BlockedDynamicSlice / BlockedDynamicUpdateSlice), so the axis stays, `n * size` long.
+        Any other window of a split axis stays a plain one, which typeinfer refuses."""
+        layout = type_.layout
+        if not isinstance(layout, ShardLayout):
+            return window
+        mesh_axes = [
+            m for m, (axis, _, _) in split_owners("subscript", type_).items() if axis == window.axis
+        ]
+        extent = type_.shape[window.axis]
+        devices = prod(int(layout.mesh.axes[m].size) for m in mesh_axes)
+        if not mesh_axes or not is_int(extent) or extent % devices:
+            return window
+        start, stop, step = self.loop_domains.get(window.index.var, (None, None, None))
+        if not (is_int(start) and is_int(stop) and is_int(step)) or stop <= start:
+            return window
+        index, local = window.index, extent // devices
+        last = start + step * ((stop - start - 1) // step)
+        tiles = (
+            index.scale * start + index.offset == 0
+            and index.scale * step == window.size
+            and index.scale * last + index.offset + window.size == local
+        )
+        return replace(window, blocks=devices) if tiles else window
 
     def prove_window(self, window: Window, extent: Any) -> None:
         """Refuse a window that provably leaves its axis on the loop's first or last iteration."""

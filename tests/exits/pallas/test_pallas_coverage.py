@@ -39,6 +39,8 @@ at runtime indices), shape queries and the fused norms/conv/rope have no kernel 
 has no meaning in one kernel (a CTA's block IS its value)."""
 
 NO_PALLAS_SHARDED_RULE = (
+    "BlockedDynamicSlice",
+    "BlockedDynamicUpdateSlice",
     "CacheUpdate",
     "Concat",
     "Gather",

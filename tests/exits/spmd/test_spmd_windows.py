@@ -33,3 +33,19 @@ def test_replicated_window_is_cut_to_each_devices_rows(devices8):
     np.testing.assert_allclose(
         evaluate(window_programs.replicated_window, x, y), expected, rtol=1e-6
     )
+
+
+def test_each_device_walks_its_own_experts(devices8):
+    """issue 29: `for e in range(E_LOCAL)` over experts split on `ep` reads and writes each
+    device's e-th expert, on the devices as in the simulation, with no collective."""
+    from tilefoundry.exits.spmd import collective_report
+
+    x = RNG.standard_normal((16, 4, 8)).astype(np.float32)
+    w = (RNG.standard_normal((16, 8, 8)) / np.sqrt(8)).astype(np.float32)
+    h = x @ w
+    expected = h / (1.0 + np.exp(-h))
+    got = devices8.submit(window_programs.run, "local_experts", (x, w), 8).result()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    simulated = evaluate(window_programs.local_experts, x, w)
+    np.testing.assert_allclose(simulated, expected, rtol=1e-5, atol=1e-6)
+    assert collective_report(window_programs.local_experts) == []

@@ -4,7 +4,8 @@
 
 A DynamicSlice whose windowed axis is unsplit is "the kernel on the local block" (DESIGN §4.14):
 the block plan holds the windowed axis whole on every device and cuts the others, so the SPMD
-exit needs no rule of its own for it. Imported by name in the worker (see tests/conftest.py).
+exit needs no rule of its own for it. A loop over one device's share of a split axis reads each
+device's own block (BlockedDynamicSlice). Imported by name in the worker (see tests/conftest.py).
 """
 
 from tilefoundry import Tensor, func
@@ -29,7 +30,31 @@ def replicated_window(x: Tensor[(16, 16), "f32"], y: Tensor[(16 @ DP.dp, 4), "f3
     return tf.dynamic_slice(x, 3, axis=1, size=4) + y
 
 
-PROGRAMS = {"rows_window": rows_window, "replicated_window": replicated_window}
+EP = make_mesh((8,), ("ep",))
+EXPERTS, TOKENS, WIDTH = 16, 4, 8
+
+
+@func
+def local_experts(
+    x: Tensor[(EXPERTS @ EP.ep, TOKENS, WIDTH), "f32"],
+    w: Tensor[(EXPERTS @ EP.ep, WIDTH, WIDTH), "f32"],
+):
+    """Each device walks its own 2 experts (issue 29: a per-device window of a split axis)."""
+    out = tf.reshard(
+        tf.zeros((EXPERTS, TOKENS, WIDTH), "f32"),
+        layout=(EXPERTS @ EP.ep, TOKENS, WIDTH),
+        storage="gmem",
+    )
+    for e in range(EXPERTS // 8):
+        out[e] = tf.silu(x[e] @ w[e])
+    return out
+
+
+PROGRAMS = {
+    "rows_window": rows_window,
+    "replicated_window": replicated_window,
+    "local_experts": local_experts,
+}
 
 
 def run(name: str, arrays: tuple, devices: int):

@@ -1,5 +1,6 @@
 """HIR tensor ops (hir §1.3 ir/hir/tensor)."""
 
+from tilefoundry.ir.hir.tensor.blocked_window import BlockedDynamicSlice, BlockedDynamicUpdateSlice
 from tilefoundry.ir.hir.tensor.broadcast_to import BroadcastTo
 from tilefoundry.ir.hir.tensor.cache_update import CacheUpdate
 from tilefoundry.ir.hir.tensor.cast import Cast
@@ -24,6 +25,8 @@ from tilefoundry.ir.hir.tensor.where import Where
 from tilefoundry.ir.hir.tensor.zeros import Zeros
 
 __all__ = [
+    "BlockedDynamicSlice",
+    "BlockedDynamicUpdateSlice",
     "BroadcastTo",
     "CacheUpdate",
     "Cast",

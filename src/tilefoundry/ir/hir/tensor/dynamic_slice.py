@@ -132,7 +132,8 @@ def refuse_windowed_splits(op: Op, operands, axis: int) -> None:
                     f"{axis}; a window at a runtime position is a translated access whose owner "
                     "boundaries the shard rule cannot prove (semantic-analysis §3.2), so it fails "
                     f"closed; insert reshard({name}, ...) to Broadcast on {label} before the loop, "
-                    "or window an axis that is not split"
+                    "window an axis that is not split, or loop over exactly one device's share "
+                    "of the axis so that each device walks its own block (DESIGN §4.14)"
                 )
 
 

@@ -115,10 +115,16 @@ def _check_partials(op: Op, dst_name: str, dst: TensorType, src_name: str, src: 
 
 
 def _check_splits(
-    op: Op, dst_name: str, dst: TensorType, src_name: str, src: TensorType, window_axes
+    op: Op, dst_name: str, dst: TensorType, src_name: str, src: TensorType, window_axes, blocked
 ) -> None:
     """See the module doc: no Split on a window axis, identical Splits elsewhere."""
-    owners = {name: split_owners(op_name(op), t) for name, t in ((dst_name, dst), (src_name, src))}
+    owners = {
+        name: {
+            m: (axis, factor, None if axis in blocked else factors)
+            for m, (axis, factor, factors) in split_owners(op_name(op), t).items()
+        }
+        for name, t in ((dst_name, dst), (src_name, src))
+    }
     for name, type_ in ((dst_name, dst), (src_name, src)):
         for mesh_axis, (axis, _, _) in owners[name].items():
             if axis in window_axes:
@@ -142,13 +148,21 @@ def _check_splits(
 
 
 def check_write_sharding(
-    op: Op, dst_name: str, dst: TensorType, src_name: str, src: TensorType, window_axes
+    op: Op,
+    dst_name: str,
+    dst: TensorType,
+    src_name: str,
+    src: TensorType,
+    window_axes,
+    blocked_axes=frozenset(),
 ) -> None:
-    """The sharding rules shared by the window-writing ops (InsertSlice, CacheUpdate)."""
+    """The sharding rules shared by the window-writing ops (InsertSlice, CacheUpdate). Along
+    `blocked_axes` each device writes the window of its own blocks (BlockedDynamicUpdateSlice,
+    which checks those Splits itself), so there the two are split alike but not equally long."""
     _refuse_dynamic(op, dst_name, dst)
     _refuse_dynamic(op, src_name, src)
     _check_partials(op, dst_name, dst, src_name, src)
-    _check_splits(op, dst_name, dst, src_name, src, window_axes)
+    _check_splits(op, dst_name, dst, src_name, src, window_axes, blocked_axes)
 
 
 def _offset_types(op: InsertSlice, offsets: Type, rank: int) -> tuple[TensorType, ...]:
