@@ -8,7 +8,7 @@ from cli.conftest import EXAMPLES
 EXAMPLE_FILES = sorted(p.name for p in EXAMPLES.glob("*.py"))
 
 
-def test_the_examples_are_the_documented_twelve():
+def test_the_examples_are_the_documented_thirteen():
     assert EXAMPLE_FILES == [
         "dispatch_kernel.py",
         "flash_attention.py",
@@ -18,6 +18,7 @@ def test_the_examples_are_the_documented_twelve():
         "megatron_mlp.py",
         "mesh_2d.py",
         "mlp.py",
+        "moe.py",
         "online_softmax.py",
         "tiled_matmul.py",
         "tiled_reduction.py",
