@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 
 import numpy as np
+import pytest
 
 from tilefoundry.cli.program import load_program
 
@@ -50,6 +51,7 @@ def two_file_program(folder, sizes: str):
     return folder / "model.py"
 
 
+@pytest.mark.slow
 def test_run_from_another_directory_imports_the_sibling_file(cli, tmp_path):
     model = two_file_program(tmp_path / "program", "sizes")
     elsewhere = tmp_path / "elsewhere"

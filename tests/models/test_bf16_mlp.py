@@ -41,9 +41,10 @@ def test_simulator_equals_numpy(compiled):
     assert_close(got, bf16_mlp.reference(*arrays), "simulated", BF16_RTOL)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compiled", [False, True], ids=["as-written", "compiled"])
-def test_8_xla_devices_equal_numpy(model_devices, compiled):
+def test_8_xla_devices_equal_numpy(devices8, compiled):
     pytest.importorskip("jax", reason="the SPMD exit needs jax[lib]")
     arrays = bf16_mlp.inputs()
-    got = on_devices(model_devices, NAME, arrays, compiled)
+    got = on_devices(devices8, NAME, arrays, compiled)
     assert_close(got, bf16_mlp.reference(*arrays), "8 XLA devices", BF16_RTOL)

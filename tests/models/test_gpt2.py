@@ -25,6 +25,7 @@ def loss_inputs():
     return reference.inputs(program(LOSS))
 
 
+@pytest.mark.slow
 def test_check_accepts_the_example():
     done = subprocess.run(
         [*TILEFOUNDRY, "check", str(REPO / reference.EXAMPLE)],
@@ -36,6 +37,7 @@ def test_check_accepts_the_example():
     assert "ok (3 function(s) typed and verified: heads, gpt2_loss, gpt2_batch)" in done.stdout
 
 
+@pytest.mark.slow
 def test_the_loss_is_a_scalar_and_the_logits_stay_split():
     fn = program(LOSS)
     verify(fn)
@@ -58,11 +60,12 @@ def test_the_loss_equals_numpy(compiled):
     assert_close(evaluate(fn, *arrays), reference.loss(*arrays), "gpt2 loss")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compiled", [False, True], ids=["as-written", "compiled"])
-def test_8_xla_devices_equal_numpy(model_devices, compiled):
+def test_8_xla_devices_equal_numpy(devices8, compiled):
     pytest.importorskip("jax", reason="the SPMD exit needs jax[lib]")
     arrays = loss_inputs()
-    got = on_devices(model_devices, LOSS, arrays, compiled)
+    got = on_devices(devices8, LOSS, arrays, compiled)
     assert_close(got, reference.loss(*arrays), "gpt2 loss on 8 XLA devices")
 
 

@@ -42,14 +42,16 @@ def test_fused_program_equals_numpy():
     assert_close(evaluate(fused, *arrays), gqa.reference(*arrays), "fused")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compiled", [False, True], ids=["as-written", "compiled"])
-def test_8_xla_devices_equal_numpy(model_devices, compiled):
+def test_8_xla_devices_equal_numpy(devices8, compiled):
     pytest.importorskip("jax", reason="the SPMD exit needs jax[lib]")
     arrays = gqa.inputs()
-    got = on_devices(model_devices, NAME, arrays, compiled)
+    got = on_devices(devices8, NAME, arrays, compiled)
     assert_close(got, gqa.reference(*arrays), "8 XLA devices")
 
 
+@pytest.mark.slow
 def test_tilefoundry_run_agrees_with_the_oracle():
     done = subprocess.run(
         [sys.executable, "-m", "tilefoundry", "run", gqa.__file__, "--func", "gqa_attention"],

@@ -22,6 +22,7 @@ from tilefoundry.passes import compile as compile_pipeline
 LAYER = f"{reference.EXAMPLE}:moe_layer"
 
 
+@pytest.mark.slow
 def test_check_accepts_the_example():
     done = subprocess.run(
         [sys.executable, "-m", "tilefoundry", "check", str(REPO / reference.EXAMPLE)],
@@ -60,11 +61,12 @@ def test_the_layer_equals_numpy(compiled):
     assert_close(evaluate(fn, *arrays), reference.layer(*arrays), "moe layer")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compiled", [False, True], ids=["as-written", "compiled"])
-def test_8_xla_devices_equal_numpy(model_devices, compiled):
+def test_8_xla_devices_equal_numpy(devices8, compiled):
     pytest.importorskip("jax", reason="the SPMD exit needs jax[lib]")
     arrays = reference.inputs()
-    got = on_devices(model_devices, LAYER, arrays, compiled)
+    got = on_devices(devices8, LAYER, arrays, compiled)
     assert_close(got, reference.layer(*arrays), "moe layer on 8 XLA devices")
 
 
