@@ -16,9 +16,10 @@ one subprocess with `XLA_FLAGS=--xla_force_host_platform_device_count=8`
 run on the 8 devices (`run_xla(fn, *arrays, devices=8)`), JAX's, and our reference evaluator's
 simulation of the mesh. No timing: the figures are exact.
 
-The last two rows are the Llama decoder layer of examples/llama.py, tensor parallel and sequence
-parallel; JAX gets the same in/out shardings and `with_sharding_constraint` where the DSL program
-reshards. Where our exit or simulator still refuses a program, its row says so (and JAX's result
+The last four rows are examples: the Llama decoder layer of examples/llama.py, tensor parallel
+and sequence parallel, the MoE layer of examples/moe.py (expert parallel) and the GPT-2 loss of
+examples/gpt2.py (vocab parallel); JAX gets the same in/out shardings and
+`with_sharding_constraint` where the DSL program reshards. Where our exit or simulator still refuses a program, its row says so (and JAX's result
 is checked against the array code in float64 numpy instead).
 Run: `python benchmarks/communication.py`.
 """
@@ -64,18 +65,23 @@ class ShardedExample:
     out_spec: tuple[str | None, ...]
     array_fn: Callable[..., Any]
     example: str | None = None
-    """A @func of examples/llama.py to run instead of `dsl`; its array code then takes a
-    `constrain(value, *spec)` keyword: JAX's `with_sharding_constraint` at the points where the
-    DSL program reshards (identity for numpy), so both sides are given the same shardings."""
+    """A @func of an example (`examples/llama.py` unless `file` says) to run instead of `dsl`;
+    its array code then takes a `constrain(value, *spec)` keyword: JAX's
+    `with_sharding_constraint` at the points where the DSL program reshards (identity for
+    numpy), so both sides are given the same shardings."""
+    file: str = "llama.py"
+    activations: int = 1
+    """How many leading arguments of an example are activations, drawn N(0, 1) as they are."""
 
     def arguments(self) -> list[np.ndarray]:
-        """N(0, 1) inputs; a Llama layer's weights (every argument after the activations) are
+        """N(0, 1) inputs; an example's weights (every argument after the activations) are
         scaled by 1/sqrt(fan-in), around 1 for a norm, so its softmax is not one-hot."""
         rng = np.random.default_rng(0)
         arrays = [rng.standard_normal(s) for s in self.shapes]
         if self.example is not None:
-            arrays[1:] = [
-                1 + 0.1 * a if a.ndim == 1 else a / np.sqrt(a.shape[-2]) for a in arrays[1:]
+            first = self.activations
+            arrays[first:] = [
+                1 + 0.1 * a if a.ndim == 1 else a / np.sqrt(a.shape[-2]) for a in arrays[first:]
             ]
         return [a.astype(np.float32) for a in arrays]
 
@@ -85,10 +91,10 @@ def _silu(xp: Any, x: Any) -> Any:
 
 
 @cache
-def _llama_namespace() -> dict[str, Any]:
+def _example_namespace(file: str) -> dict[str, Any]:
     from tilefoundry.frontend import parse_source
 
-    path = Path(__file__).resolve().parents[1] / "examples" / "llama.py"
+    path = Path(__file__).resolve().parents[1] / "examples" / file
     return parse_source(path.read_text(encoding="utf-8"), str(path))
 
 
@@ -96,7 +102,7 @@ def _llama_layer(xp: Any, *arrays: Any, gathered: tuple, residual: tuple, constr
     """examples/llama.py's layer in array code: `constrain(v, *gathered)` where the DSL reshards
     the normed activations (sequence parallel only), `constrain(v, *residual)` where it completes
     each row-parallel projection's pending sum."""
-    c = _llama_namespace()
+    c = _example_namespace("llama.py")
     batch, seq, hidden = c["BATCH"], c["SEQ"], c["HIDDEN"]
     heads, head_dim = c["HEADS"], c["HEAD_DIM"]
     x, attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down = arrays
@@ -124,6 +130,108 @@ def _llama_layer(xp: Any, *arrays: Any, gathered: tuple, residual: tuple, constr
     gate = g @ w_gate
     return x + constrain((gate / (1 + xp.exp(-gate)) * (g @ w_up)) @ w_down, *residual)
 
+
+def _top_k(xp: Any, x: Any, k: int) -> tuple[Any, Any]:
+    """The k largest along the last axis, ties to the lower index (as tf.topk and lax.top_k)."""
+    if xp is np:
+        index = np.argsort(-x, axis=-1, kind="stable")[..., :k]
+        return np.take_along_axis(x, index, axis=-1), index
+    import jax
+
+    return jax.lax.top_k(x, k)
+
+
+def _scatter_add_rows(xp: Any, table: Any, slots: Any, rows: Any) -> Any:
+    """`table[g, slots[g, j]] += rows[g, j]` (tf.scatter_add with batch_dims=1)."""
+    groups = xp.arange(table.shape[0])[:, None]
+    if xp is np:
+        out = table.copy()
+        np.add.at(out, (groups, slots), rows)
+        return out
+    return table.at[groups, slots].add(rows)
+
+
+def _moe_layer(xp: Any, x: Any, w_router: Any, w1: Any, w3: Any, w2: Any, *, constrain) -> Any:
+    """examples/moe.py's layer in array code: `constrain` at its two Reshards (group-split to
+    expert-split and back); the experts as one batched matmul over the expert axis."""
+    c = _example_namespace("moe.py")
+    groups, tokens, hidden = c["GROUPS"], c["TOKENS"], c["HIDDEN"]
+    experts, top_k, capacity, choices = c["EXPERTS"], c["TOP_K"], c["CAPACITY"], c["CHOICES"]
+    logits = x @ w_router
+    probs = xp.exp(logits - xp.max(logits, axis=-1, keepdims=True))
+    probs = probs / xp.sum(probs, axis=-1, keepdims=True)
+    top_p, top_i = _top_k(xp, probs, top_k)
+    top_p = top_p / xp.sum(top_p, axis=-1, keepdims=True)
+    choice = xp.reshape(xp.transpose(top_i, (0, 2, 1)), (groups, choices))
+    weight = xp.reshape(xp.transpose(top_p, (0, 2, 1)), (groups, choices))
+    chosen = (choice[..., None] == xp.arange(experts)).astype(choice.dtype)
+    position = xp.sum((xp.cumsum(chosen, axis=1) - chosen) * chosen, axis=2)
+    kept = position < capacity
+    slot = choice * capacity + xp.minimum(position, capacity - 1)
+    weight = xp.where(kept, weight, 0.0)
+    routed = xp.reshape(
+        xp.broadcast_to(x[:, None], (groups, top_k, tokens, hidden)), (groups, choices, hidden)
+    )
+    routed = xp.where(kept[..., None], routed, 0.0)
+    table = xp.zeros((groups, experts * capacity, hidden), dtype=x.dtype)
+    dispatched = xp.reshape(
+        _scatter_add_rows(xp, table, slot, routed), (groups, experts, capacity, hidden)
+    )
+    by_expert = constrain(dispatched, None, "tp", None, None)
+    h = xp.reshape(xp.transpose(by_expert, (1, 0, 2, 3)), (experts, groups * capacity, hidden))
+    gate = h @ w1
+    out = (gate / (1.0 + xp.exp(-gate)) * (h @ w3)) @ w2
+    back = xp.transpose(xp.reshape(out, (experts, groups, capacity, hidden)), (1, 0, 2, 3))
+    back = xp.reshape(constrain(back, "tp", None, None, None), (groups, experts * capacity, hidden))
+    picked = xp.take_along_axis(back, slot[..., None], axis=1) * weight[..., None]
+    return xp.sum(xp.reshape(picked, (groups, top_k, tokens, hidden)), axis=1)
+
+
+_MOE_SHAPES = ((8, 16, 32), (32, 16), (16, 32, 64), (16, 32, 64), (16, 64, 32))
+
+
+def _gpt2_loss(xp: Any, *weights: Any, constrain) -> Any:
+    """examples/gpt2.py's loss on its fixed batch in array code: `constrain` where the DSL
+    reshards (the embedding, both row-parallel projections, the target logit)."""
+    c = _example_namespace("gpt2.py")
+    batch, seq, dim, heads = c["BATCH"], c["SEQ"], c["DIM"], c["HEADS"]
+    head_dim, eps, tokens = dim // heads, c["EPS"], batch * seq
+    wte, wpe, ln1_w, ln1_b, wq, bq, wk, bk, wv, bv, wo, bo = weights[:12]
+    ln2_w, ln2_b, w_fc, b_fc, w_proj, b_proj, lnf_w, lnf_b = weights[12:]
+
+    def layer_norm(v: Any, w: Any, b: Any) -> Any:
+        centred = v - xp.mean(v, axis=-1, keepdims=True)
+        return centred / xp.sqrt(xp.mean(centred * centred, axis=-1, keepdims=True) + eps) * w + b
+
+    def split_heads(v: Any) -> Any:
+        return xp.transpose(xp.reshape(v, (batch, seq, heads, head_dim)), (0, 2, 1, 3))
+
+    def gelu(v: Any) -> Any:
+        return 0.5 * v * (1.0 + xp.tanh(np.sqrt(2.0 / np.pi) * (v + 0.044715 * v * v * v)))
+
+    replicated = (None, None, None)
+    x = constrain(xp.take(wte, c["TOKENS"], axis=0), *replicated) + wpe
+    h = layer_norm(x, ln1_w, ln1_b)
+    q, k, v = (split_heads(h @ m + b) for m, b in ((wq, bq), (wk, bk), (wv, bv)))
+    scores = q @ xp.transpose(k, (0, 1, 3, 2)) * c["SCALE"] + c["CAUSAL_MASK"]
+    scores = xp.exp(scores - xp.max(scores, axis=-1, keepdims=True))
+    attended = (scores / xp.sum(scores, axis=-1, keepdims=True)) @ v
+    merged = xp.reshape(xp.transpose(attended, (0, 2, 1, 3)), (batch, seq, dim))
+    x = x + (constrain(merged @ wo, *replicated) + bo)
+    h = layer_norm(x, ln2_w, ln2_b)
+    x = x + (constrain(gelu(h @ w_fc + b_fc) @ w_proj, *replicated) + b_proj)
+    logits = xp.reshape(layer_norm(x, lnf_w, lnf_b), (tokens, dim)) @ xp.transpose(wte)
+    shifted = logits - xp.max(logits, axis=1, keepdims=True)
+    sum_exp = xp.sum(xp.exp(shifted), axis=1, keepdims=True)
+    target = constrain(xp.take_along_axis(shifted, c["TARGETS"], axis=1), None, None)
+    return xp.mean(xp.log(sum_exp) - target)
+
+
+_GPT2_SHAPES = ((256, 64), (8, 64), (64,), (64,), *((64, 64), (64,)) * 3, (64, 64), (64,))
+_GPT2_SHAPES += ((64,), (64,), (64, 256), (256,), (256, 64), (64,), (64,), (64,))
+_GPT2_SPECS = (("tp", None), (None, None), (None,), (None,))
+_GPT2_SPECS += ((None, "tp"), ("tp",)) * 3 + (("tp", None), (None,), (None,), (None,))
+_GPT2_SPECS += ((None, "tp"), ("tp",), ("tp", None), (None,), (None,), (None,))
 
 _LLAMA_SHAPES = ((2, 8, 64), (64,), (64, 64), (64, 64), (64, 64), (64, 64), (64,))
 _LLAMA_SHAPES += ((64, 128), (64, 128), (128, 64))
@@ -240,6 +348,29 @@ EXAMPLES = (
         ),
         example="llama_sp",
     ),
+    ShardedExample(
+        "moe_expert_parallel",
+        "",
+        _MOE_SHAPES,
+        "tp",
+        (("tp", None, None), (None, None), *(("tp", None, None),) * 3),
+        ("tp", None, None),
+        _moe_layer,
+        example="moe_layer",
+        file="moe.py",
+    ),
+    ShardedExample(
+        "gpt2_vocab_parallel_loss",
+        "",
+        _GPT2_SHAPES,
+        "tp",
+        _GPT2_SPECS,
+        (),
+        _gpt2_loss,
+        example="gpt2_batch",
+        file="gpt2.py",
+        activations=0,
+    ),
 )
 
 
@@ -285,7 +416,7 @@ def parse_example(example: ShardedExample) -> Any:
     from tilefoundry.frontend import parse_source
 
     if example.example is not None:
-        return _llama_namespace()[example.example]
+        return _example_namespace(example.file)[example.example]
     from tilefoundry.ir.types.shard import B, Layout, ShardLayout, make_mesh
 
     tp, m2 = make_mesh((8,), ("tp",)), make_mesh((2, 4), ("x", "y"))
