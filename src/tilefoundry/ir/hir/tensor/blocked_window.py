@@ -58,6 +58,7 @@ from tilefoundry.ir.hir.tensor.dynamic_slice import (
     start_index,
     static_int,
 )
+from tilefoundry.ir.hir.tensor.dynamic_update_slice import check_tile_shape
 from tilefoundry.ir.hir.tensor.insert_slice import check_write_sharding, destination_storage
 from tilefoundry.ir.lowering.values import Value
 from tilefoundry.ir.types import TensorType, format_dim, is_static
@@ -178,17 +179,7 @@ def _typeinfer_read(op: BlockedDynamicSlice, arg_types, ctx) -> TensorType:
 
 
 def _update_size(op: BlockedDynamicUpdateSlice, x: TensorType, update: TensorType, axis: int):
-    if update.rank != x.rank:
-        raise VerifyError(
-            f"{op_name(op)}: 'update' has rank {update.rank} but 'x' has rank {x.rank}; "
-            "reshape the tile to x's rank"
-        )
-    for i, (a, b) in enumerate(zip(x.shape, update.shape, strict=True)):
-        if i != axis and a != b:
-            raise VerifyError(
-                f"{op_name(op)}: 'update' extent {format_dim(b)} differs from 'x' extent "
-                f"{format_dim(a)} on axis {i}, which the window takes whole"
-            )
+    check_tile_shape(op, x, update, axis)
     written = update.shape[axis]
     if not is_static(written) or written % op.blocks:
         raise VerifyError(

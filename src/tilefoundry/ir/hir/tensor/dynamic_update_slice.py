@@ -52,7 +52,7 @@ from tilefoundry.rules import (
 )
 from tilefoundry.rules.validation_samples import Sample, constant_operand, operand
 
-__all__ = ["DynamicUpdateSlice"]
+__all__ = ["DynamicUpdateSlice", "check_tile_shape"]
 
 
 class DynamicUpdateSlice(Op):
@@ -66,9 +66,8 @@ class DynamicUpdateSlice(Op):
     offset = ParamDef("attribute", int, default=0, validate=static_int)
 
 
-def _window(op: DynamicUpdateSlice, x: TensorType, update: TensorType) -> tuple[int, int]:
-    """(axis, size): the window axis and the update's static extent along it."""
-    axis = normalize_axis(op, op.axis, x.rank)
+def check_tile_shape(op: Op, x: TensorType, update: TensorType, axis: int) -> None:
+    """A written tile has x's rank and x's extents on every axis but the window's."""
     if update.rank != x.rank:
         raise VerifyError(
             f"{op_name(op)}: 'update' has rank {update.rank} but 'x' has rank {x.rank}; "
@@ -81,6 +80,12 @@ def _window(op: DynamicUpdateSlice, x: TensorType, update: TensorType) -> tuple[
                 f"{format_dim(a)} on axis {i}, which the window takes whole; write a tile that "
                 "spans the other axes"
             )
+
+
+def _window(op: DynamicUpdateSlice, x: TensorType, update: TensorType) -> tuple[int, int]:
+    """(axis, size): the window axis and the update's static extent along it."""
+    axis = normalize_axis(op, op.axis, x.rank)
+    check_tile_shape(op, x, update, axis)
     size = update.shape[axis]
     if not is_static(size):
         raise VerifyError(
