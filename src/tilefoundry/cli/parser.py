@@ -22,9 +22,9 @@ examples:
 A FILE is a Python file of @func / @module definitions (see examples/). Commands act on the
 last one it defines (for a @module, its last function) unless --func NAME picks another.
 A FILE is executed (its top level runs) to build its functions, as python runs a script: its
-folder first on sys.path (so it imports the files beside it), __file__ set. Only give it files
-you would run with python. Its sys.exit() is reported as the file's error, but an os._exit()
-there ends the command at once with the status the file chose (nothing in-process can catch it).
+folder first on sys.path (it imports the files beside it), __file__ set; only give it files you
+would run with python. Its sys.exit() is reported as the file's error, but an os._exit() there ends
+the command at once with the status the file chose (nothing in-process can catch it).
 Exit status: 0 ok, 1 the program or its inputs are wrong (a located message), 2 a tilefoundry bug,
 130 interrupted (Ctrl-C).
 """
