@@ -19,8 +19,9 @@ simulation of the mesh. No timing: the figures are exact.
 The last four rows are examples: the Llama decoder layer of examples/llama.py, tensor parallel
 and sequence parallel, the MoE layer of examples/moe.py (expert parallel) and the GPT-2 loss of
 examples/gpt2.py (vocab parallel); JAX gets the same in/out shardings and
-`with_sharding_constraint` where the DSL program reshards. Where our exit or simulator still refuses a program, its row says so (and JAX's result
-is checked against the array code in float64 numpy instead).
+`with_sharding_constraint` where the DSL program reshards. Where our exit or simulator still
+refuses a program, its row says so (and JAX's result is checked against the array code in
+float64 numpy instead).
 Run: `python benchmarks/communication.py`.
 """
 

@@ -36,7 +36,7 @@ def program(name: str):
 def run_on_devices(name: str, arrays: tuple, compiled: bool) -> tuple[str, Any]:
     """("ok", result) or ("error", "<ErrorClass>: <message>"): an exception object may not
     survive pickling, so the test gets the text."""
-    from tilefoundry.exits.xla import run_xla
+    from tilefoundry.exits.runtimes.xla import run_xla
     from tilefoundry.passes import compile as compile_pipeline
 
     try:

@@ -25,7 +25,7 @@ def test_the_widened_partial_is_still_pending():
 
 def test_the_one_all_reduce_moves_f32():
     pytest.importorskip("jax", reason="the SPMD exit needs jax[lib]")
-    from tilefoundry.exits.spmd import collective_report
+    from tilefoundry.exits.stablehlo.spmd import collective_report
 
     (entry,) = collective_report(bf16_mlp.bf16_mlp)
     assert (entry.kind, entry.reduction, entry.count) == ("all_reduce", "sum", 1)

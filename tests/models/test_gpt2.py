@@ -82,7 +82,7 @@ TOKEN_ACTIVATION = 2 * 8 * 64 * 4
 
 def test_collectives_are_megatrons():
     pytest.importorskip("jax", reason="the SPMD exit needs jax[lib]")
-    from tilefoundry.exits.spmd import collective_report
+    from tilefoundry.exits.stablehlo.spmd import collective_report
 
     got = sorted(
         (e.kind, e.reduction, e.source, e.bytes_per_device)

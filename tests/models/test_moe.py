@@ -72,7 +72,7 @@ def test_8_xla_devices_equal_numpy(devices8, compiled):
 
 def test_the_only_collectives_are_the_two_all_to_alls():
     pytest.importorskip("jax", reason="the SPMD exit needs jax[lib]")
-    from tilefoundry.exits.spmd import collective_report
+    from tilefoundry.exits.stablehlo.spmd import collective_report
 
     c = reference.constants()
     per_device = c["GROUPS"] * c["EXPERTS"] * c["CAPACITY"] * c["HIDDEN"] * 4 // 8

@@ -38,7 +38,7 @@ def test_replicated_window_is_cut_to_each_devices_rows(devices8):
 def test_each_device_walks_its_own_experts(devices8):
     """issue 29: `for e in range(E_LOCAL)` over experts split on `ep` reads and writes each
     device's e-th expert, on the devices as in the simulation, with no collective."""
-    from tilefoundry.exits.spmd import collective_report
+    from tilefoundry.exits.stablehlo.spmd import collective_report
 
     x = RNG.standard_normal((16, 4, 8)).astype(np.float32)
     w = (RNG.standard_normal((16, 8, 8)) / np.sqrt(8)).astype(np.float32)
