@@ -1,6 +1,6 @@
 """HF-style GQA with more tensor-parallel devices than KV heads (issue 29): the query branch of
-RoPE split over `tp`, the key branch plain. The simulator runs the plain branch as one off-mesh
-call (it once died on it with a bare IndexError, exit status 2), and the program equals float64
+RoPE split over `tp`, the key branch plain. The simulator runs the plain branch on the caller's
+mesh (it once died on it with a bare IndexError, exit status 2), and the program equals float64
 numpy on the simulator, after compile, and on 8 XLA devices (f32 rel 1e-5)."""
 
 from __future__ import annotations

@@ -231,8 +231,8 @@ def _sharded_eval(op, args, call):
     lets exactly one branch carry one) would be read into k_rope. RoPE has no one-branch form,
     so a branch is RoPE with that input as both q and k, told (`depends`) which argument each
     of its two identical results comes from; its first result is the branch. A branch that
-    touches no mesh (HF-style GQA: the key branch plain beside a query split over `tp`) is
-    recalled as one off-mesh call, which runs it once."""
+    touches no mesh (HF-style GQA: the key branch plain beside a query split over `tp`) runs
+    on the caller's mesh, every device computing it whole."""
     q, k, cos, sin, pos = args
     shared = tuple(call.arg_types[2:])
     results = []
