@@ -352,6 +352,18 @@ CASES: tuple[Case, ...] = (
         lambda x, u, s: tf.dynamic_update_slice(x, u, s, axis=0),
         lambda jnp, x, u, s: x.at[2:4].set(u),
     ),
+    Case(
+        "blocked_dynamic_slice (a row of each block)",
+        (_f(8, 3), Input((), "i32", value=START)),
+        lambda x, s: tf.blocked_dynamic_slice(x, s, axis=0, blocks=4, size=1, offset=-1),
+        lambda jnp, x, s: x.reshape(4, 2, 3)[:, 1],
+    ),
+    Case(
+        "blocked_dynamic_update_slice",
+        (_f(8, 3), _f(4, 3), Input((), "i32", value=START)),
+        lambda x, u, s: tf.blocked_dynamic_update_slice(x, u, s, axis=0, blocks=4, offset=-1),
+        lambda jnp, x, u, s: x.reshape(4, 2, 3).at[:, 1].set(u).reshape(8, 3),
+    ),
     # ---- nn ---------------------------------------------------------------------------------
     Case(
         "softmax last",

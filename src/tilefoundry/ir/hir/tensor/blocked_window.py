@@ -75,6 +75,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, constant_operand, operand
 
@@ -260,6 +261,36 @@ def _sharded_eval(op, args, call):
 def _spmd_lowering(op, operands, call):
     """The simulation's reading on devices: the op's own rule on each device's shards."""
     return call.run_local(operands, _on_each_shard(op, call))
+
+
+def _window_attributes(op: Op) -> dict:
+    return {"axis": op.axis, "blocks": op.blocks, "scale": op.scale, "offset": op.offset}
+
+
+@register_vjp(BlockedDynamicSlice)
+def _vjp_read(call, ct, ad):
+    """The windows' cotangent written into zeros of x's type at the same (clamped) place of
+    each block: DynamicSlice's transpose, block by block."""
+    x, start = call.args
+    window = _window_attributes(call.target)
+    return (
+        lambda: ad.tf.blocked_dynamic_update_slice(ad.zeros_like(x), ct, start, **window),
+        None,
+    )
+
+
+@register_vjp(BlockedDynamicUpdateSlice)
+def _vjp_write(call, ct, ad):
+    """x keeps its cotangent outside the windows, the update receives the windows."""
+    op = call.target
+    _, update, start = call.args
+    window = _window_attributes(op)
+    size = update.type.shape[op.axis % update.type.rank] // op.blocks
+    return (
+        lambda: ad.tf.blocked_dynamic_update_slice(ct, ad.zeros_like(update), start, **window),
+        lambda: ad.tf.blocked_dynamic_slice(ct, start, size=size, **window),
+        None,
+    )
 
 
 register_surface("blocked_dynamic_slice", BlockedDynamicSlice)
