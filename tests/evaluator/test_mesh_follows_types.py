@@ -16,7 +16,7 @@ import pytest
 
 from tilefoundry import Tensor, func
 from tilefoundry.dsl import tf
-from tilefoundry.errors import EvalError, UnsupportedError
+from tilefoundry.errors import EvalError, InternalCompilerError, UnsupportedError
 from tilefoundry.evaluator import evaluate
 from tilefoundry.ir.types.shard import B, Layout, Mesh, ShardLayout, Topology, make_mesh
 
@@ -270,3 +270,26 @@ def test_an_evaluation_error_on_the_mesh_carries_the_location_of_its_call():
         text.endswith(f":{line}:{col}")
         and Path(text.rsplit("at ", 1)[1].rsplit(":", 2)[0]).resolve() == Path(__file__).resolve()
     )
+
+
+def test_a_bare_python_error_in_a_simulation_rule_is_a_located_internal_error(monkeypatch):
+    """Issue 29 item 4: every simulator failure is located, never a bare Python error. A rule's
+    own bug (an IndexError, as RoPE's plain branch once raised) is an InternalCompilerError whose
+    first line, the one the CLI prints, names the op and the call; the original is its cause."""
+    import tilefoundry.evaluator.interpreter as interpreter
+
+    def broken_rule(call):
+        raise IndexError("tuple index out of range")
+
+    monkeypatch.setattr(interpreter, "run_call", broken_rule)
+    lines = Path(__file__).read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if "rows = tf.gather(x, i, axis=0)" in text)
+    col = lines[line - 1].index("tf.gather") + 1
+    with pytest.raises(InternalCompilerError) as info:
+        evaluate(gathers_rows, rand(8, 3), np.array([1, 2], dtype=np.int32))
+    first = str(info.value).splitlines()[0]
+    assert first.startswith("Gather at ") and f":{line}:{col}: " in first
+    assert first.endswith(
+        ": the simulator failed on this call (IndexError: tuple index out of range)"
+    )
+    assert isinstance(info.value.__cause__, IndexError)

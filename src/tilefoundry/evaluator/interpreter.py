@@ -19,6 +19,7 @@ from tilefoundry.caches import Memo
 from tilefoundry.errors import (
     EvalError,
     InternalCompilerError,
+    TileFoundryError,
     UnsupportedError,
     VerifyError,
     format_location,
@@ -34,7 +35,7 @@ from tilefoundry.evaluator.op_calls import OpCallSite, checked, expected_of
 from tilefoundry.evaluator.static_shapes import bind, static_signature
 from tilefoundry.evaluator.straight_line import Step, StepKind, straight_line
 from tilefoundry.evaluator.values import scatter
-from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
+from tilefoundry.ir.core import Call, Constant, Expr, Op, SourceSpan, Tuple, Var, source_span
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
 from tilefoundry.ir.hir.footprint import check_memory, memory_setting
 from tilefoundry.ir.hir.signature import Bindings, check_arguments
@@ -390,7 +391,11 @@ def _release(node: Expr, root: Expr, remaining: dict[Expr, int], memo: dict[Expr
 
 class _located:
     """Adds the source location of `node` (where the user wrote the call) to a refusal or an
-    evaluation error raised while evaluating it; an error located already keeps its location."""
+    evaluation error raised while evaluating it; an error located already keeps its location.
+    A bare Python error from a kernel or a simulation rule is our bug, never the program's: it
+    becomes an InternalCompilerError naming the op and the call on its first line (the one line
+    the CLI prints), the original chained for the traceback. Running out of stack or memory is
+    no bug of one call and passes through."""
 
     def __init__(self, node: Expr):
         self.node = node
@@ -399,10 +404,16 @@ class _located:
         return None
 
     def __exit__(self, kind, err, traceback) -> bool:
-        if err is None:
+        if err is None or getattr(err, "located", False):
             return False
         span = source_span(self.node)
-        if span is None or getattr(err, "located", False):
+        if not isinstance(err, TileFoundryError):
+            if not isinstance(err, Exception) or isinstance(err, RecursionError | MemoryError):
+                return False
+            located = InternalCompilerError(_internal_failure(self.node, err, span))
+            located.located = True
+            raise located.with_traceback(traceback) from err
+        if span is None:
             return False
         if isinstance(err, VerifyError):
             located = err.with_location(span)
@@ -412,6 +423,13 @@ class _located:
             return False
         located.located = True
         raise located.with_traceback(traceback) from err.__cause__
+
+
+def _internal_failure(node: Expr, err: Exception, span: SourceSpan | None) -> str:
+    what = type(node.target).__name__ if isinstance(node, Call) else "the loop"
+    where = f" at {format_location(span)}" if span is not None else ""
+    detail = str(err).splitlines()[0] if str(err) else ""
+    return f"{what}{where}: the simulator failed on this call ({type(err).__name__}: {detail})"
 
 
 def evaluate(fn: Function, *arrays: Any, complete_partials: bool = False) -> Any:
