@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 
 from models import moe_reference as reference
-from models.programs import REPO, assert_close, on_devices, program
+from models.programs import (
+    REPO,
+    assert_close,
+    on_devices,
+    program,
+)
+from tilefoundry import vjp
+from tilefoundry.errors import UnsupportedError
 from tilefoundry.evaluator import evaluate
 from tilefoundry.ir.core import Call
 from tilefoundry.ir.hir.walk import iter_nodes
@@ -68,6 +75,19 @@ def test_8_xla_devices_equal_numpy(devices8, compiled):
     arrays = reference.inputs()
     got = on_devices(devices8, LAYER, arrays, compiled)
     assert_close(got, reference.layer(*arrays), "moe layer on 8 XLA devices")
+
+
+def test_the_experts_gradient_is_refused_at_the_expert_loop_never_zero():
+    """Reverse mode does not differentiate through a loop yet: the expert loop reads w1, w3 and
+    w2 from outside its body (it carries only `expert_out`), and that is refused up front at the
+    loop's line, never a zero gradient. (The router's and the tokens' cotangents would also
+    meet TopK, whose VJP the transform refuses: tests/autodiff/test_vjp_coverage.py.)"""
+    fn = program(LAYER)
+    lines = (REPO / reference.EXAMPLE).read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if text.startswith("    for e in range("))
+    with pytest.raises(UnsupportedError, match=r"GridRegionExpr: .* loop") as err:
+        vjp(fn, argnums=(2, 3, 4))
+    assert f"moe.py:{line}:" in str(err.value)
 
 
 def test_the_only_collectives_are_the_two_all_to_alls():

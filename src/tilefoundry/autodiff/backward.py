@@ -20,7 +20,7 @@ from tilefoundry.autodiff.reshard_policy import settled
 from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
 from tilefoundry.ir.hir import GridRegionExpr
-from tilefoundry.ir.hir.walk import block_operands
+from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.ir.types import TensorType, TupleType
 from tilefoundry.passes.graph import post_order
 from tilefoundry.rules import VJP, VJP_TAKES_PENDING, ZERO_COTANGENT
@@ -35,14 +35,16 @@ def differentiable(type_: object) -> bool:
 
 
 def varied_nodes(order: Sequence[Expr], wrt: frozenset[Var]) -> set[Expr]:
-    """The nodes whose value depends on a differentiated parameter through float values."""
+    """The nodes whose value depends on a differentiated parameter through float values. A
+    loop depends on what its body reads from outside it as well as on its carries' initial
+    values, so a loop reading a differentiated weight is refused, never a zero gradient."""
     varied: set[Expr] = set()
     for node in order:
         if not differentiable(node.type):
             continue
         if node in wrt:
             varied.add(node)
-        elif any(o in varied for o in block_operands(node)):
+        elif any(o in varied for o in all_operands(node)):
             if isinstance(node, Call) and ZERO_COTANGENT.has(type(node.target)):
                 continue
             varied.add(node)
@@ -74,8 +76,8 @@ def backward(
         elif isinstance(node, GridRegionExpr):
             raise UnsupportedError(
                 "GridRegionExpr: reverse-mode differentiation through a loop that carries a "
-                "differentiated value is not supported yet; write the iterations out as calls of "
-                "one @func, or differentiate one iteration's @func",
+                "differentiated value, or whose body reads one, is not supported yet; write the "
+                "iterations out as calls of one @func, or differentiate one iteration's @func",
                 location=source_span(node),
             )
         else:
