@@ -66,3 +66,28 @@ def assert_close(got: Any, want: Any, what: str, rtol: float = 1e-5) -> None:
         np.testing.assert_allclose(
             g.astype(np.float64), w, rtol=rtol, atol=rtol * scale, err_msg=f"{what}[{i}]"
         )
+
+
+def assert_gradients_match_central_differences(
+    gradients: tuple, loss64: Any, arrays: tuple, argnums: tuple[int, ...], what: str
+) -> None:
+    """Each gradient (f32, from the program) against the float64 reference `loss64`: along a
+    random direction d of its argument, <gradient, d> equals the central difference of `loss64`
+    within rel 1e-4 (f32 gradients against an O(eps^2) float64 difference), plus 1e-6 absolute
+    for an O(1) loss (a gradient that is exactly zero in exact arithmetic, such as a key bias
+    under softmax, is f32 rounding in the program)."""
+    rng = np.random.default_rng(1)
+    eps = 1e-4
+    for gradient, index in zip(gradients, argnums, strict=True):
+        direction = rng.standard_normal(arrays[index].shape)
+
+        def along(step: float, index=index, direction=direction) -> float:
+            moved = list(arrays)
+            moved[index] = arrays[index].astype(np.float64) + step * direction
+            return float(loss64(*moved))
+
+        expected = (along(eps) - along(-eps)) / (2 * eps)
+        got = float(np.vdot(np.asarray(gradient, dtype=np.float64), direction))
+        assert abs(got - expected) <= 1e-4 * abs(expected) + 1e-6, (
+            f"{what}: argument {index}: <gradient, d> = {got}, central difference {expected}"
+        )
