@@ -11,7 +11,7 @@ import sys
 from rich.table import Table
 
 from tilefoundry.cli import visible
-from tilefoundry.cli.console import progress, stdout_console
+from tilefoundry.cli.console import plain, progress, stdout_console
 from tilefoundry.cli.output import check_output_path, write_output
 from tilefoundry.cli.program import Program, bind_dims, dim_options, dim_vars, load_program
 from tilefoundry.errors import VerifyError
@@ -99,7 +99,7 @@ def show(args: argparse.Namespace) -> int:
     for header in ("value", "op", "global", "mesh axes", "per-device shape", "reshard"):
         table.add_column(header)
     for row in rows:
-        table.add_row(
+        cells = (
             row.name,
             row.op,
             short_type(row.type_),
@@ -107,6 +107,7 @@ def show(args: argparse.Namespace) -> int:
             f"{shape_text(row.local)} x {row.devices}",
             "; ".join(row.collectives),
         )
+        table.add_row(*map(plain, cells))  # names may hold rich markup
     console.print()
     console.print(table)
     return 0

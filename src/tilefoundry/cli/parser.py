@@ -61,6 +61,16 @@ def _tolerance(text: str) -> float:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text!r}")
+    return value
+
+
 def _add_program(sub: argparse.ArgumentParser, *, dims: bool = True) -> None:
     sub.add_argument("file", metavar="FILE", help="a DSL file (Python with @func / @module)")
     sub.add_argument("--func", metavar="NAME", help="the function to use: NAME or Module.NAME")
@@ -168,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     runner.add_argument(
         "--timeout",
-        type=float,
+        type=_seconds,
         default=300.0,
         metavar="S",
         help="with --processes: stop every worker and fail if the run takes longer (default 300)",
