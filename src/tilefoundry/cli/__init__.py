@@ -8,17 +8,24 @@ status 2 (set TILEFOUNDRY_TRACEBACK=1 to see the traceback when reporting it).
 
 from __future__ import annotations
 
+import _thread
+import gc
 import linecache
 import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Sequence
 
 from tilefoundry.errors import EvalError, InternalCompilerError, VerifyError
 
 TRACEBACK_ENV = "TILEFOUNDRY_TRACEBACK"
-INTERRUPTED = 130
-"""The exit status of a command ended by Ctrl-C (128 + SIGINT, as shells report it)."""
+STOPPING_SIGNALS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+if hasattr(signal, "SIGHUP"):
+    STOPPING_SIGNALS[signal.SIGHUP] = "hung up"
+"""The signals that stop a command, each with the line it prints; the exit status is 128 + the
+signal's number, as shells report it (130 for Ctrl-C), after the same clean-up for each."""
 
 
 class Disagreement(Exception):
@@ -26,31 +33,91 @@ class Disagreement(Exception):
 
 
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C reached the command (its SIGINT handler raised this), as opposed to a
-    KeyboardInterrupt that a DSL file raises itself, which is that file's error."""
+    """Ctrl-C (or SIGTERM, SIGHUP) reached the command (its handler raised this), as opposed to
+    a KeyboardInterrupt that a DSL file raises itself, which is that file's error. Raised, it
+    unwinds the command, so scratch files and worker processes are cleaned up on the way."""
+
+    def __init__(self, signum: int = signal.SIGINT):
+        super().__init__(STOPPING_SIGNALS.get(signum, "interrupted"))
+        self.signum = signum
 
 
-def _on_sigint(signum, frame) -> None:
-    raise Interrupted()
+_received: list[int] = []
+"""The stopping signals that reached the command: a handler's exception can be swallowed where
+Python cannot raise (a gc callback, a __del__), and the command must still stop."""
+
+
+def _on_signal(signum, frame) -> None:
+    _received.append(signum)
+    raise Interrupted(signum)
+
+
+def _on_unraisable(hook):
+    """Python reports an exception it cannot raise (one in a gc callback, such as jax's, or in a
+    __del__) and carries on. An interrupt swallowed that way is delivered again once the main
+    thread has left the callback (and this hook), where it unwinds the command; anything else
+    goes to the previous hook."""
+
+    def report(unraisable) -> None:
+        if not isinstance(unraisable.exc_value, Interrupted):
+            hook(unraisable)
+            return
+        swallowing = {report.__code__}
+        swallowing.update(c.__code__ for c in gc.callbacks if hasattr(c, "__code__"))
+        if unraisable.object is not None and hasattr(unraisable.object, "__code__"):
+            swallowing.add(unraisable.object.__code__)
+        args = (unraisable.exc_value.signum, threading.main_thread().ident, swallowing)
+        threading.Thread(target=_deliver_again, args=args, daemon=True).start()
+
+    return report
+
+
+def _deliver_again(signum: int, main_thread: int, swallowing: set) -> None:
+    """Signal the main thread again as soon as none of the `swallowing` code runs there."""
+    while True:
+        frame = sys._current_frames().get(main_thread)
+        if frame is None:
+            return
+        while frame is not None and frame.f_code not in swallowing:
+            frame = frame.f_back
+        if frame is None:
+            _thread.interrupt_main(signum)
+            return
+        time.sleep(0.001)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command. Run as the process's entry (`argv` None), an interrupt ends the process at
-    once with status 130: tearing down the interpreter while XLA threads still run can crash."""
-    try:
-        previous = signal.signal(signal.SIGINT, _on_sigint)
-    except ValueError:  # not the main thread: leave the handler alone
-        previous = None
+    """The command. Run as the process's entry (`argv` None), a stopping signal ends the process
+    at once with status 128 + its number: tearing down the interpreter while XLA threads still
+    run can crash."""
+    previous = _install_handlers()
+    hook, sys.unraisablehook = sys.unraisablehook, _on_unraisable(sys.unraisablehook)
     try:
         status = _guarded(lambda: _dispatch(list(sys.argv[1:] if argv is None else argv)))
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-    if status == INTERRUPTED and argv is None:
+        sys.unraisablehook = hook
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if _received and status < 128:  # swallowed twice over; the command still stops
+        print(STOPPING_SIGNALS[_received[0]], file=sys.stderr)
+        status = 128 + _received[0]
+    _received.clear()
+    if status > 128 and argv is None:
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(INTERRUPTED)
+        os._exit(status)
     return status
+
+
+def _install_handlers() -> dict[int, object]:
+    """The stopping signals' handlers, installed (only the main thread can); the previous ones."""
+    previous = {}
+    for signum in STOPPING_SIGNALS:
+        try:
+            previous[signum] = signal.signal(signum, _on_signal)
+        except ValueError:  # not the main thread: leave the handlers alone
+            break
+    return previous
 
 
 def visible(text: str) -> str:
@@ -95,9 +162,10 @@ def _guarded(action) -> int:
             file=sys.stderr,
         )
         return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return INTERRUPTED
+    except KeyboardInterrupt as err:
+        signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+        print(STOPPING_SIGNALS[signum], file=sys.stderr)
+        return 128 + signum
     except Exception as err:  # the boundary: whatever escapes is reported, not dumped
         if os.environ.get(TRACEBACK_ENV):
             raise
