@@ -107,13 +107,18 @@ def _is_float(dtype: np.dtype) -> bool:
     return dtype.kind in "fcV"  # V: ml_dtypes' narrow floats
 
 
-def float64_chunks(array: np.ndarray):
-    """`(start, values)` over `array` in C order, each block of at most `CHUNK` elements as
-    float64: the judge and the summaries need float64 arithmetic, and a float64 copy of a whole
-    output would take 2-8 times the memory the run was admitted with."""
+def chunks(array: np.ndarray):
+    """`(start, block)` over `array` in C order, blocks of at most `CHUNK` elements: the judge
+    and the summaries need float64 arithmetic, and a float64 copy of a whole output would take
+    2-8 times the memory the run was admitted with."""
     flat = array.reshape(-1)  # a view, unless the array is not contiguous
     for start in range(0, flat.size, CHUNK):
-        yield start, flat[start : start + CHUNK].astype(np.float64)
+        yield start, flat[start : start + CHUNK]
+
+
+def float64_chunks(array: np.ndarray):
+    for start, block in chunks(array):
+        yield start, block.astype(np.float64)
 
 
 def judge(
@@ -136,9 +141,10 @@ def judge(
         if _is_float(a.dtype) or _is_float(b.dtype):
             rt, at = tolerance(a.dtype, b.dtype)
             tolerances = (rt if rtol is None else rtol, at if atol is None else atol, _scale(b))
-        for (start, a64), (_, b64) in zip(float64_chunks(a), float64_chunks(b), strict=True):
-            if tolerances is None:
-                bad = a64 != b64
+        for (start, a_block), (_, b_block) in zip(chunks(a), chunks(b), strict=True):
+            a64, b64 = a_block.astype(np.float64), b_block.astype(np.float64)
+            if tolerances is None:  # integers and booleans compare exactly, in their own dtype
+                bad = a_block != b_block
                 diff = np.abs(a64 - b64)
                 allowed = np.zeros(a64.shape)
             else:
@@ -159,7 +165,12 @@ def _scale(want: np.ndarray) -> float:
     """The median magnitude of the oracle's finite values (at least 1), from one copy of them
     in their own dtype, partitioned in place; the two middle values are averaged in float64."""
     if _is_float(want.dtype):
-        finite = want[np.isfinite(want)]
+        finite, count = np.empty(want.size, want.dtype), 0
+        for _, block in chunks(want):
+            kept = block[np.isfinite(block)]
+            finite[count : count + kept.size] = kept
+            count += kept.size
+        finite = finite[:count]
     else:  # an integer oracle against a float result: |int8(-128)| needs a wider type
         finite = want.astype(np.float64).reshape(-1)
     np.abs(finite, out=finite)
