@@ -25,7 +25,7 @@ A FILE is executed (its top level runs) to build its functions: only give it fil
 run with python. Its sys.exit() is reported as the file's error, but an os._exit() there ends
 the command at once with the status the file chose (nothing in-process can catch it).
 Exit status: 0 ok, 1 the program or its inputs are wrong (a located message), 2 a tilefoundry bug,
-130 interrupted (Ctrl-C).
+130 interrupted (Ctrl-C; 143 for SIGTERM, 129 for SIGHUP).
 """
 
 
