@@ -10,6 +10,7 @@ it prints shows that it is at the moment under test.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.conftest import REPO, command
+from cli.conftest import REPO, command, signal_when
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="watches the child through /proc"
@@ -49,18 +50,8 @@ def test_ctrl_c_while_the_command_imports_the_compiler(write_program):
     child = subprocess.Popen(
         [*command(), "check", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    try:
-        deadline = time.monotonic() + 60
-        while not _has_loaded(child.pid, "_multiarray_umath"):
-            assert child.poll() is None, child.communicate()
-            assert time.monotonic() < deadline, "numpy never loaded"
-            time.sleep(0.001)
-        child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=60)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.communicate()
+    loading = functools.partial(_has_loaded, child.pid, "_multiarray_umath")
+    out, err = signal_when(child, loading, "numpy loading")
     assert (child.returncode, err) == (130, "interrupted\n")
     assert out == ""  # stopped before `check` said anything
 

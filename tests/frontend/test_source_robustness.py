@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 
 import pytest
 
+from support.threads import run_together
 from tilefoundry.errors import VerifyError
 from tilefoundry.frontend import parse_source
 
@@ -25,31 +25,11 @@ def _returning(expression: str) -> str:
 
 def test_the_recursion_limit_is_restored_after_concurrent_deep_parses():
     """Each source needs more room than the default limit gives CPython's compiler; six threads
-    parse together, round after round, with thread switches as frequent as CPython allows."""
+    parse together, round after round."""
     before = sys.getrecursionlimit()
     source = "x = 1\ny = " + " + ".join(["x"] * 5000) + "\n"
-    errors: list[BaseException] = []
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        for _ in range(20):
-            start = threading.Barrier(6)
-
-            def parse(i: int, start=start) -> None:
-                start.wait()
-                try:
-                    parse_source(source, f"deep{i}.py")
-                except BaseException as err:
-                    errors.append(err)
-
-            threads = [threading.Thread(target=parse, args=(i,)) for i in range(6)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-    finally:
-        sys.setswitchinterval(interval)
-    assert errors == []
+    for _ in range(20):
+        assert run_together(lambda i: parse_source(source, f"deep{i}.py"), 6) == []
     assert sys.getrecursionlimit() == before
 
 

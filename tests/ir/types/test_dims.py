@@ -6,8 +6,6 @@ import copy
 import gc
 import operator
 import pickle
-import sys
-import threading
 import weakref
 
 import numpy as np
@@ -15,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from support.threads import run_together
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.types import (
     DimExpr,
@@ -88,22 +87,11 @@ def test_threads_naming_one_dimvar_get_one_object():
     switch threads; the weak table's lookup is Python code, where threads switch, and without
     the lock this test finds DimVars made twice.)"""
     made: list[list[DimVar]] = [[] for _ in range(8)]
-    start = threading.Barrier(8)
 
     def name_all(i: int) -> None:
-        start.wait()
         made[i].extend(DimVar(f"race{k}", 1, 8) for k in range(300))
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=name_all, args=(i,)) for i in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    assert run_together(name_all, 8) == []
     for k in range(300):
         assert len({id(found[k]) for found in made}) == 1, f"race{k} was made twice"
 
