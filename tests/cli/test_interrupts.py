@@ -128,3 +128,25 @@ def test_stopping_run_processes_leaves_nothing_behind(tmp_path, sig, status, lin
     while any(Path(f"/proc/{pid}").exists() for pid in workers):
         assert time.monotonic() < deadline, f"a worker outlived the command: {workers}"
         time.sleep(0.1)
+
+
+HANGS_UP = PROGRAM + "\nimport os\nimport signal\n\nos.kill(os.getpid(), signal.SIGHUP)\n"
+
+
+@pytest.mark.parametrize(("ignored", "status"), [(False, 129), (True, 0)])
+def test_a_hangup_stops_the_command_unless_it_was_started_ignoring_it(
+    write_program, ignored, status
+):
+    """SIGHUP stops the command like Ctrl-C (129, one line); under `nohup` (SIGHUP ignored from
+    the start) it stays ignored and the command finishes."""
+    path = write_program("hup.py", HANGS_UP)
+    disposition = signal.SIG_IGN if ignored else signal.SIG_DFL
+    done = subprocess.run(
+        [*command(), "check", path],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, disposition),
+    )
+    assert done.returncode == status, done.stderr
+    assert done.stderr == ("" if ignored else "hung up\n")

@@ -110,9 +110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _install_handlers() -> dict[int, object]:
-    """The stopping signals' handlers, installed (only the main thread can); the previous ones."""
+    """The stopping signals' handlers, installed (only the main thread can); the previous ones.
+    A signal the command was started ignoring stays ignored (`nohup`, a background job)."""
     previous = {}
     for signum in STOPPING_SIGNALS:
+        if signal.getsignal(signum) is signal.SIG_IGN:
+            continue
         try:
             previous[signum] = signal.signal(signum, _on_signal)
         except ValueError:  # not the main thread: leave the handlers alone
