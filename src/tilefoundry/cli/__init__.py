@@ -8,119 +8,36 @@ status 2 (set TILEFOUNDRY_TRACEBACK=1 to see the traceback when reporting it).
 
 from __future__ import annotations
 
-import _thread
-import gc
 import linecache
 import os
 import signal
 import sys
-import threading
-import time
 from collections.abc import Sequence
 
+from tilefoundry.cli.signals import STOPPING_SIGNALS, Interrupted, stopping_on_signals
 from tilefoundry.errors import EvalError, InternalCompilerError, VerifyError
 
 TRACEBACK_ENV = "TILEFOUNDRY_TRACEBACK"
-STOPPING_SIGNALS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
-if hasattr(signal, "SIGHUP"):
-    STOPPING_SIGNALS[signal.SIGHUP] = "hung up"
-"""The signals that stop a command, each with the line it prints; the exit status is 128 + the
-signal's number, as shells report it (130 for Ctrl-C), after the same clean-up for each."""
 
 
 class Disagreement(Exception):
     """A backend's results differ from the reference oracle: a compiler bug, not a user error."""
 
 
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C (or SIGTERM, SIGHUP) reached the command (its handler raised this), as opposed to
-    a KeyboardInterrupt that a DSL file raises itself, which is that file's error. Raised, it
-    unwinds the command, so scratch files and worker processes are cleaned up on the way."""
-
-    def __init__(self, signum: int = signal.SIGINT):
-        super().__init__(STOPPING_SIGNALS.get(signum, "interrupted"))
-        self.signum = signum
-
-
-_received: list[int] = []
-"""The stopping signals that reached the command: a handler's exception can be swallowed where
-Python cannot raise (a gc callback, a __del__), and the command must still stop."""
-
-
-def _on_signal(signum, frame) -> None:
-    _received.append(signum)
-    raise Interrupted(signum)
-
-
-def _on_unraisable(hook):
-    """Python reports an exception it cannot raise (one in a gc callback, such as jax's, or in a
-    __del__) and carries on. An interrupt swallowed that way is delivered again once the main
-    thread has left the callback (and this hook), where it unwinds the command; anything else
-    goes to the previous hook."""
-
-    def report(unraisable) -> None:
-        if not isinstance(unraisable.exc_value, Interrupted):
-            hook(unraisable)
-            return
-        swallowing = {report.__code__}
-        swallowing.update(c.__code__ for c in gc.callbacks if hasattr(c, "__code__"))
-        if unraisable.object is not None and hasattr(unraisable.object, "__code__"):
-            swallowing.add(unraisable.object.__code__)
-        args = (unraisable.exc_value.signum, threading.main_thread().ident, swallowing)
-        threading.Thread(target=_deliver_again, args=args, daemon=True).start()
-
-    return report
-
-
-def _deliver_again(signum: int, main_thread: int, swallowing: set) -> None:
-    """Signal the main thread again as soon as none of the `swallowing` code runs there."""
-    while True:
-        frame = sys._current_frames().get(main_thread)
-        if frame is None:
-            return
-        while frame is not None and frame.f_code not in swallowing:
-            frame = frame.f_back
-        if frame is None:
-            _thread.interrupt_main(signum)
-            return
-        time.sleep(0.001)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """The command. Run as the process's entry (`argv` None), a stopping signal ends the process
-    at once with status 128 + its number: tearing down the interpreter while XLA threads still
-    run can crash."""
-    previous = _install_handlers()
-    hook, sys.unraisablehook = sys.unraisablehook, _on_unraisable(sys.unraisablehook)
-    try:
-        status = _guarded(lambda: _dispatch(list(sys.argv[1:] if argv is None else argv)))
-    finally:
-        sys.unraisablehook = hook
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    if _received and status < 128:  # swallowed twice over; the command still stops
-        print(STOPPING_SIGNALS[_received[0]], file=sys.stderr)
-        status = 128 + _received[0]
-    _received.clear()
+    at once with status 128 + its number (130 for Ctrl-C): tearing down the interpreter while
+    XLA threads still run can crash."""
+    with stopping_on_signals() as received:
+        args = list(sys.argv[1:] if argv is None else argv)
+        status = _guarded(lambda: _dispatch(args), received)
+        if received and status < 128:  # the interrupt was swallowed for good
+            status = _stopped(received[0])
     if status > 128 and argv is None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)
     return status
-
-
-def _install_handlers() -> dict[int, object]:
-    """The stopping signals' handlers, installed (only the main thread can); the previous ones.
-    A signal the command was started ignoring stays ignored (`nohup`, a background job)."""
-    previous = {}
-    for signum in STOPPING_SIGNALS:
-        if signal.getsignal(signum) is signal.SIG_IGN:
-            continue
-        try:
-            previous[signum] = signal.signal(signum, _on_signal)
-        except ValueError:  # not the main thread: leave the handlers alone
-            break
-    return previous
 
 
 def visible(text: str) -> str:
@@ -145,7 +62,7 @@ def _dispatch(args_list: list[str]) -> int:
     return args.handler(args)
 
 
-def _guarded(action) -> int:
+def _guarded(action, received: Sequence[int] = ()) -> int:
     try:
         import numpy as np
 
@@ -153,27 +70,36 @@ def _guarded(action) -> int:
         # command's output: NaN and inf show in the results tables and the oracle judges them.
         with np.errstate(all="ignore"):
             return action()
-    except (VerifyError, EvalError) as err:
+    except KeyboardInterrupt as err:
+        return _stopped(err.signum if isinstance(err, Interrupted) else signal.SIGINT)
+    except Exception as err:  # the boundary: whatever escapes is reported, not dumped
+        if received:  # a signal's doing, surfaced as another error (numpy's import makes an
+            return _stopped(received[0])  # interrupt inside it an ImportError)
+        return _report(err)
+
+
+def _stopped(signum: int) -> int:
+    print(STOPPING_SIGNALS[signum], file=sys.stderr)
+    return 128 + signum
+
+
+def _report(err: Exception) -> int:
+    if isinstance(err, VerifyError | EvalError):
         print(visible(user_error_text(err)), file=sys.stderr)
         return 1
-    except ModuleNotFoundError as err:
-        if os.environ.get(TRACEBACK_ENV) or err.name not in ("jax", "jaxlib"):
-            raise
+    if isinstance(err, ModuleNotFoundError) and err.name in ("jax", "jaxlib"):
+        if os.environ.get(TRACEBACK_ENV):
+            raise err
         print(
             f"error: this needs {err.name}, which is not installed; "
             "pip install -e '.[xla]' adds it",
             file=sys.stderr,
         )
         return 1
-    except KeyboardInterrupt as err:
-        signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
-        print(STOPPING_SIGNALS[signum], file=sys.stderr)
-        return 128 + signum
-    except Exception as err:  # the boundary: whatever escapes is reported, not dumped
-        if os.environ.get(TRACEBACK_ENV):
-            raise
-        print(visible(internal_error_text(err)), file=sys.stderr)
-        return 2
+    if os.environ.get(TRACEBACK_ENV):
+        raise err
+    print(visible(internal_error_text(err)), file=sys.stderr)
+    return 2
 
 
 def user_error_text(err: VerifyError | EvalError) -> str:
@@ -214,4 +140,4 @@ def internal_error_text(err: Exception) -> str:
     )
 
 
-__all__ = ["Disagreement", "main"]
+__all__ = ["Disagreement", "Interrupted", "main"]

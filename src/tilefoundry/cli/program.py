@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tilefoundry.cli import Interrupted
+from tilefoundry.cli.signals import Interrupted
 from tilefoundry.errors import VerifyError
 from tilefoundry.frontend import parse_source
 from tilefoundry.frontend.source import program_exit_error
