@@ -192,16 +192,20 @@ def test_a_full_device_exits_1_and_stays_the_device(cli, write_program, tmp_path
         assert out.is_symlink() and os.readlink(out) == str(device)
 
 
-def test_dev_stdout_writes_the_descriptor_and_keeps_an_appended_log(write_program, tmp_path):
-    """`-o /dev/stdout` with stdout appended to a log: the artifact is appended to the log (the
-    shell's meaning), the log is neither truncated nor replaced."""
+def test_a_link_to_stdout_writes_the_descriptor_and_keeps_an_appended_log(write_program, tmp_path):
+    """`-o` naming the command's own stdout (here through a private link to /proc/self/fd/1,
+    which is what /dev/stdout is: a regression must not replace the machine's /dev/stdout) with
+    stdout appended to a log: the artifact is appended to the log (the shell's meaning), the log
+    is neither truncated nor replaced."""
     path = write_program("prog.py", PROGRAM)
+    stdout = tmp_path / "stdout"
+    stdout.symlink_to("/proc/self/fd/1")
     log = tmp_path / "log.txt"
     log.write_text("earlier lines\n", encoding="utf-8")
     inode = log.stat().st_ino
     with open(log, "a", encoding="utf-8") as sink:
         done = subprocess.run(
-            [*command(), "emit", path, "-o", "/dev/stdout"],
+            [*command(), "emit", path, "-o", str(stdout)],
             stdout=sink,
             stderr=subprocess.PIPE,
             text=True,
@@ -211,8 +215,9 @@ def test_dev_stdout_writes_the_descriptor_and_keeps_an_appended_log(write_progra
     assert done.returncode == 0, done.stderr
     text = log.read_text(encoding="utf-8")
     assert text.startswith("earlier lines\nmodule @f")
-    assert text.endswith("wrote /dev/stdout (222 bytes, @f)\n")
+    assert text.endswith(f"wrote {stdout} (222 bytes, @f)\n")
     assert log.stat().st_ino == inode
+    assert stdout.is_symlink() and os.readlink(stdout) == "/proc/self/fd/1"
 
 
 def test_a_read_only_file_is_refused_as_the_shell_refuses_it(cli, write_program, tmp_path):
