@@ -140,13 +140,13 @@ def test_a_hangup_stops_the_command_unless_it_was_started_ignoring_it(
     """SIGHUP stops the command like Ctrl-C (129, one line); under `nohup` (SIGHUP ignored from
     the start) it stays ignored and the command finishes."""
     path = write_program("hup.py", HANGS_UP)
-    disposition = signal.SIG_IGN if ignored else signal.SIG_DFL
-    done = subprocess.run(
-        [*command(), "check", path],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        preexec_fn=lambda: signal.signal(signal.SIGHUP, disposition),
-    )
+    # the child inherits an ignored signal as ignored (and a handled one as the default)
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN if ignored else signal.SIG_DFL)
+    try:
+        done = subprocess.run(
+            [*command(), "check", path], capture_output=True, text=True, timeout=120
+        )
+    finally:
+        signal.signal(signal.SIGHUP, previous)
     assert done.returncode == status, done.stderr
     assert done.stderr == ("" if ignored else "hung up\n")

@@ -36,31 +36,28 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
-_received: list[int] = []
-
-
-def _on_signal(signum, frame) -> None:
-    _received.append(signum)
-    raise Interrupted(signum)
-
-
 @contextlib.contextmanager
 def stopping_on_signals() -> Iterator[list[int]]:
     """Within: the handlers (main thread only; elsewhere nothing changes) and the re-delivery
     of swallowed interrupts. Yields the signals received, in order: one may have been swallowed
     for good, and the command must still stop."""
+    received: list[int] = []
+
+    def on_signal(signum, frame) -> None:
+        received.append(signum)
+        raise Interrupted(signum)
+
     previous = {}
     for signum in STOPPING_SIGNALS:
         if signal.getsignal(signum) is signal.SIG_IGN:
             continue
         try:
-            previous[signum] = signal.signal(signum, _on_signal)
+            previous[signum] = signal.signal(signum, on_signal)
         except ValueError:  # not the main thread
             break
     hook, sys.unraisablehook = sys.unraisablehook, _on_unraisable(sys.unraisablehook)
-    _received.clear()
     try:
-        yield _received
+        yield received
     finally:
         sys.unraisablehook = hook
         for signum, handler in previous.items():
