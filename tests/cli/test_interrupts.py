@@ -22,9 +22,10 @@ import pytest
 
 from cli.conftest import REPO, command, signal_when
 
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="watches the child through /proc"
-)
+pytestmark = [  # every test here runs the command in a subprocess
+    pytest.mark.slow,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="watches it through /proc"),
+]
 
 PROGRAM = """\
 from tilefoundry import Tensor, func
@@ -90,7 +91,6 @@ def test_ctrl_c_inside_a_gc_callback_still_stops_the_command(cli, write_program)
     assert "agrees" not in done.stdout
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("sig", "status", "line"),
     [(signal.SIGINT, 130, "interrupted\n"), (signal.SIGTERM, 143, "terminated\n")],
