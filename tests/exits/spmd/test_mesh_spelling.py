@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilefoundry.exits.runtimes.xla import run_xla
 from tilefoundry.exits.stablehlo import emit_stablehlo
-from tilefoundry.exits.xla import run_xla
 from tilefoundry.frontend import parse_source
 
 
