@@ -2,8 +2,10 @@
 
 The public names below are imported on first use (PEP 562 `__getattr__`), so that importing a
 submodule loads only what it needs: the `tilefoundry` command's entry (`tilefoundry.cli`) installs
-its Ctrl-C handler before the compiler (numpy, islpy, the op catalog) is imported, and a Ctrl-C
+its Ctrl-C handler before the compiler (numpy, the op catalog) is imported, and a Ctrl-C
 during that import ends the command like any other (exit 130, one line), not with a traceback.
+Only islpy is imported eagerly (see below): a Ctrl-C within its import, a few tenths of a second
+before the handler exists, is still Python's own KeyboardInterrupt.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from typing import Any
 # (tests/cli/test_deep_calls.py runs every command under a limit of 200).
 import islpy  # noqa: F401
 
-from tilefoundry.autodiff import grad, value_and_grad, vjp
 from tilefoundry.errors import EvalError, InternalCompilerError, UnsupportedError, VerifyError
 
 _LAZY = {
@@ -26,8 +27,11 @@ _LAZY = {
     "DimVarRangePat": "tilefoundry.ir.core",
     "Tensor": "tilefoundry.frontend",
     "func": "tilefoundry.frontend",
+    "grad": "tilefoundry.autodiff",
     "module": "tilefoundry.frontend",
     "tile": "tilefoundry.frontend",
+    "value_and_grad": "tilefoundry.autodiff",
+    "vjp": "tilefoundry.autodiff",
 }
 
 __all__ = [
