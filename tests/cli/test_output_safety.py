@@ -261,6 +261,16 @@ def test_proc_version_is_refused_and_unchanged(cli, write_program):
     assert Path("/proc/version").read_text() == before
 
 
+def test_a_writable_proc_file_is_refused_naming_it(cli, write_program):
+    """A /proc file its owner may write (the command's own oom_score_adj: harmless whatever
+    happens to it) takes no MLIR (EINVAL) and cannot be replaced (no file can be made in /proc):
+    exit 1 naming the path, not an internal error."""
+    path = write_program("prog.py", PROGRAM)
+    out = "/proc/self/oom_score_adj"
+    assert os.access(out, os.W_OK)
+    assert_refused(cli("emit", path, "-o", out), f"-o {out}: ")
+
+
 @pytest.fixture
 def inode_starved_dir(tmp_path):
     """A tmpfs with no free inode, where this user may mount one: creating any file in it
