@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tilefoundry.cli.judge import judge
-from tilefoundry.cli.program import random_inputs
+from tilefoundry.cli.program import draw_integer, random_inputs
 from tilefoundry.cli.run import _statistics
 from tilefoundry.frontend import parse_source
 
@@ -57,6 +57,24 @@ def test_the_draw_is_seeded_and_fair():
     assert first.dtype == np.bool_
     assert np.array_equal(first, random_inputs(fn, {}, np.random.default_rng(7))[0])
     assert 0.49 < first.mean() < 0.51
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi"),
+    [(1, 10**30), (2**64, 2**64 + 3), (-(2**70), -(2**70) + 3), (-(2**63), 2**63)],
+)
+def test_a_dimvar_past_int64_is_drawn_seeded_and_in_its_range(lo, hi):
+    """Issue 28: `DimVar('N', 1, 10**30)` made run draw with numpy's int64 generator
+    (ValueError). Every draw lies in [lo, hi), a seed gives one value, and a range of three
+    values is drawn fairly (each within 5 sigma of a third of 3,000 draws)."""
+    draws = [draw_integer(np.random.default_rng(seed), lo, hi) for seed in range(3000)]
+    assert all(isinstance(d, int) and lo <= d < hi for d in draws)
+    assert draws[:50] == [draw_integer(np.random.default_rng(s), lo, hi) for s in range(50)]
+    if hi - lo == 3:
+        counts = [draws.count(lo + k) for k in range(3)]
+        assert all(abs(c - 1000) < 5 * (3000 * (1 / 3) * (2 / 3)) ** 0.5 for c in counts), counts
+    else:
+        assert len(set(draws)) == len(draws)  # a wide range repeats no value in 3,000 draws
 
 
 def test_judging_needs_one_copy_of_an_output_in_its_own_dtype():
