@@ -77,6 +77,21 @@ def test_the_core_imports_without_jax():
     assert done.returncode == 0, done.stderr
 
 
+def test_the_command_entry_imports_no_compiler_before_its_signal_handler():
+    """Issue 28: a Ctrl-C while the command is still importing must end it as any other (exit
+    130), so importing the entry (which runs the package top first) loads neither numpy nor the
+    compiler; the public names stay importable from the package top."""
+    code = (
+        "import sys, tilefoundry.cli\n"
+        "heavy = {'numpy', 'tilefoundry.autodiff', 'tilefoundry.frontend'}\n"
+        "loaded = sorted(heavy & set(sys.modules))\n"
+        "assert not loaded, loaded\n"
+        "from tilefoundry import Tensor, func, grad, vjp\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
 def test_dsl_op_namespace_spells_design_names():
     from tilefoundry.dsl import tf
 

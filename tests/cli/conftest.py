@@ -6,8 +6,11 @@ that environment's install, not whichever one PATH finds first."""
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,6 +27,26 @@ def command() -> list[str]:
 
 def tilefoundry(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     return subprocess.run([*command(), *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def signal_when(
+    child: subprocess.Popen, ready: Callable[[], bool], what: str, sig: int = signal.SIGINT
+) -> tuple[str, str]:
+    """Send `sig` to `child` once `ready()` holds (failing if the child ends first, or `what`
+    does not happen within two minutes), then its (stdout, stderr); the child never outlives
+    the call."""
+    try:
+        deadline = time.monotonic() + 120
+        while not ready():
+            assert child.poll() is None, child.communicate()
+            assert time.monotonic() < deadline, f"{what} never happened"
+            time.sleep(0.01)
+        child.send_signal(sig)
+        return child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
 
 
 @pytest.fixture

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import subprocess
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -100,6 +102,59 @@ def f(x: Tensor[(16 @ (M.a * M.b), 8), "f32"]):
 """,
 }
 
+
+def _returning(expression: str) -> str:
+    """A program whose one function returns `expression` (on line 6, column 5)."""
+    return HEAD + f'\n@func\ndef f(x: Tensor[(4,), "f32"]):\n    return {expression}\n'
+
+
+def _on_mesh(mesh: str, annotation: str, body: str = "tf.exp(x)") -> str:
+    return (
+        HEAD
+        + "from tilefoundry.ir.types.shard import make_mesh\n\n"
+        + f"M = make_mesh{mesh}\n\n@func\ndef f(x: {annotation}):\n    return {body}\n"
+    )
+
+
+# Issue 28's hostile inputs (the outputs' cases are in test_output_safety.py)
+PROGRAMS |= {
+    "deep_negs": _returning("-" * 100_000 + "x"),
+    "deep_power": _returning("**".join(["x"] * 20_000)),
+    "adds_200k": _returning("+".join(["x"] * 200_000)),
+    "rank_200": HEAD + '\n@func\ndef f(x: Tensor[(1,) * 200, "f32"]):\n    return tf.exp(x)\n',
+    "huge_dimvar": HEAD
+    + 'N = DimVar("N", 1, 10**30)\n\n@func\ndef f(x: Tensor[(N,), "f32"]):\n    return x\n',
+    "markup_dimvar": HEAD
+    + 'N = DimVar("[bold red]N[/", 1, 8)\n'
+    + _on_mesh('((2,), ("x",))', 'Tensor[(N, 4 @ M.x), "f32"]').removeprefix(HEAD),
+    "escape_dimvar": HEAD
+    + 'N = DimVar("N\\x1b[31m", 1, 8)\n\n@func\ndef f(x: Tensor[(N,), "f32"]):\n    return x\n',
+    "escape_module": HEAD
+    + "from tilefoundry import module\n\n"
+    + '@module(name="m\\x1b[2J")\nclass M:\n    @func\n'
+    + '    def f(x: Tensor[(4,), "f32"]):\n        return x\n',
+    "escape_function": HEAD
+    + 'def rename(fn):\n    fn.__name__ = "f\\x1b[2Jx"\n    return fn\n\n'
+    + '@func\n@rename\ndef f(x: Tensor[(4,), "f32"]):\n    return x\n',
+    "narrow_floats": HEAD
+    + '\n@func\ndef f(x: Tensor[(4,), "bf16"], y: Tensor[(4,), "fp8e4m3"]):\n'
+    + "    return tf.exp(x)\n",
+    "one_device_mesh": _on_mesh('((1,), ("x",))', 'Tensor[(4 @ M.x, 4), "f32"]'),
+    "tau_axis": _on_mesh('((2,), ("τ",))', 'Tensor[(4 @ M.τ, 4), "f32"]'),
+    "other_mesh": _on_mesh(
+        '((2,), ("x",))',
+        'Tensor[(4 @ M.x, 4), "f32"]',
+        "tf.reshard(x, layout=make_shard_tensor_type("
+        '(4, 4), mesh=make_mesh((4,), ("y",)), attrs=(Split(0),)).layout)',
+    ).replace(
+        "import make_mesh\n",
+        "import Split, make_mesh\nfrom tilefoundry.ir.types import make_shard_tensor_type\n",
+    ),
+}
+
+PROCESSES = ["run", "--backend", "xla", "--processes", "2"]
+TOO_DEEP = "probe.py:6:5: error: Module probe.py: an expression is nested too deeply for Python's"
+
 LOADING = "Module probe.py: the program "
 
 PROBES = [
@@ -154,6 +209,50 @@ PROBES = [
     ),
     ("N @ (m.a, m.b) fix, spelled out", "tuple_split", ["run"], 1, "`N @ (m.a * m.b)`"),
     ("the fix it names runs", "grouped_split", ["run"], 0, "agrees"),
+    # issue 28: inputs
+    (
+        "a .npy 3.0 header claiming 4 TB",
+        "ok",
+        ["run", "--inputs", "{v3_liar}"],
+        1,
+        "header claims a float32 array of shape (1000000000000,)",
+    ),
+    ("a .npy header cut short", "ok", ["run", "--inputs", "{cut}"], 1, "header does not parse"),
+    (
+        "bf16/fp8 as numpy saves them",
+        "narrow_floats",
+        ["run", "--inputs", "{bf16}", "{fp8}"],
+        0,
+        "agrees",
+    ),
+    # issue 28: source
+    ("a deep unary minus", "deep_negs", ["check"], 1, TOO_DEEP),
+    ("a deep power chain", "deep_power", ["check"], 1, TOO_DEEP),
+    ("200,000 chained adds", "adds_200k", ["check"], 1, TOO_DEEP),
+    (
+        "a rank-200 tensor",
+        "rank_200",
+        ["run"],
+        1,
+        "probe.py:5:10: error: Function f: parameter 'x'",
+    ),
+    ("a rank-200 tensor, why", "rank_200", ["check"], 1, "rank 200 exceeds 64, the most numpy"),
+    ("DimVar(N, 1, 10**30) drawn", "huge_dimvar", ["run"], 1, "error: run: Function f needs about"),
+    ("markup in a DimVar name", "markup_dimvar", ["show"], 0, "│ [[bold red]N[/, 1, 2] x 2 │"),
+    ("markup in a DimVar name at run", "markup_dimvar", ["run"], 0, "DimVars: [bold red]N[/="),
+    ("an escape in a DimVar name", "escape_dimvar", ["show"], 1, "DimVar: name 'N\\x1b[31m' holds"),
+    ("an escape in a module name", "escape_module", ["check"], 1, "Module: name 'm\\x1b[2J' holds"),
+    ("an escape in a function name", "escape_function", ["show"], 1, "name 'f\\x1b[2Jx' holds"),
+    # issue 28: meshes
+    ("a split over a 1-device mesh", "one_device_mesh", ["run", "--backend", "xla"], 0, "agrees"),
+    ("a mesh axis named τ", "tau_axis", ["run", "--backend", "xla"], 0, "agrees"),
+    ("τ spelled for Shardy", "tau_axis", ["emit"], 0, 'sdy.mesh @mesh = <["_U3C4_"=2]>'),
+    ("a reshard onto another mesh", "other_mesh", ["check"], 1, "have no common refinement"),
+    # issue 28: signals (the timeout of --processes)
+    *(
+        (f"--timeout {t}", "grouped_split", [*PROCESSES, "--timeout", t], 1, "seconds > 0")
+        for t in ("nan", "inf")
+    ),
 ]
 
 
@@ -164,20 +263,14 @@ PROBES = [
 )
 def test_probe(cli, write_program, tmp_path, program, argv, status, fragment):
     path = write_program("probe.py", PROGRAMS[program])
-    nan, ninf = tmp_path / "nan.npy", tmp_path / "ninf.npy"
-    np.save(nan, np.full(4, np.nan, np.float32))
-    np.save(ninf, np.full(4, -np.inf, np.float32))
-    liar, fifo = tmp_path / "liar.npy", tmp_path / "fifo.npy"
-    _write_lying_npy(liar)
-    os.mkfifo(fifo)
-    places = {"file": path, "tmp": str(tmp_path), "nan": str(nan), "ninf": str(ninf)}
-    places |= {"liar": str(liar), "fifo": str(fifo)}
+    places = {"file": path, "tmp": str(tmp_path)} | _input_files(tmp_path)
     command, *rest = argv
     done = cli(command, path, *(a.format(**places) for a in rest))
     shown = done.stdout if status == 0 else done.stderr
     assert done.returncode == status, (done.stdout, done.stderr)
     assert fragment in shown, shown
     assert "Traceback" not in done.stderr
+    assert not set("\x1b\x07\r") & set(done.stdout + done.stderr)  # nothing drives the terminal
     with open(path, encoding="utf-8") as handle:
         assert handle.read() == PROGRAMS[program]
 
@@ -214,12 +307,40 @@ def test_ctrl_c_exits_130_with_one_line(write_program, command):
     assert err == "interrupted\n"
 
 
+def _input_files(tmp_path) -> dict[str, str]:
+    """The --inputs the probes name, written into tmp_path."""
+    files = {name: tmp_path / f"{name}.npy" for name in ("nan", "ninf", "bf16", "fp8")}
+    np.save(files["nan"], np.full(4, np.nan, np.float32))
+    np.save(files["ninf"], np.full(4, -np.inf, np.float32))
+    np.save(files["bf16"], np.linspace(-1, 1, 4).astype(ml_dtypes.bfloat16))  # header: |V2
+    np.save(files["fp8"], np.linspace(-1, 1, 4).astype(ml_dtypes.float8_e4m3fn))  # |V1
+    files["liar"], files["v3_liar"] = tmp_path / "liar.npy", tmp_path / "v3_liar.npy"
+    _write_lying_npy(files["liar"])
+    claim = "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000,), }"
+    _write_header(files["v3_liar"], (3, 0), claim)  # numpy writes 3.0 only for UTF-8 names
+    files["cut"] = tmp_path / "cut.npy"
+    _write_header(files["cut"], (1, 0), "{'descr': '<f4', 'fortran_order': False, 'shape': (10,")
+    files["fifo"] = tmp_path / "fifo.npy"
+    os.mkfifo(files["fifo"])
+    return {name: str(path) for name, path in files.items()}
+
+
 def _write_lying_npy(path) -> None:
     """A 128-byte .npy whose header claims 10**12 float32 elements."""
     with open(path, "wb") as handle:
         np.lib.format.write_array_header_1_0(
             handle, {"descr": "<f4", "fortran_order": False, "shape": (10**12,)}
         )
+
+
+def _write_header(path, version: tuple[int, int], header: str) -> None:
+    """The magic, `version` and `header` (padded as the format says), then nothing."""
+    size = "<H" if version == (1, 0) else "<I"
+    prefix = 6 + 2 + struct.calcsize(size)
+    header += " " * (-(prefix + len(header) + 1) % 64) + "\n"
+    with open(path, "wb") as handle:
+        handle.write(b"\x93NUMPY" + bytes(version) + struct.pack(size, len(header)))
+        handle.write(header.encode("latin1"))
 
 
 @pytest.mark.parametrize("path", ["/dev/zero", "fifo"])

@@ -15,12 +15,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from cli.conftest import command as cli_command
+from cli.conftest import signal_when
 
 pytestmark = pytest.mark.slow  # every test here runs the command in a subprocess
 
@@ -58,18 +58,7 @@ def test_ctrl_c_while_xla_compiles_exits_130_with_one_line(tmp_path):
         text=True,
         env={**os.environ, "TILEFOUNDRY_TRACEBACK": "1"},
     )
-    try:
-        deadline = time.monotonic() + 120
-        while not _compiling(child.pid):
-            assert child.poll() is None, child.communicate()
-            assert time.monotonic() < deadline, "XLA's compiler never started"
-            time.sleep(0.05)
-        child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=120)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.communicate()
+    out, err = signal_when(child, lambda: _compiling(child.pid), "XLA's compiler starting")
     assert child.returncode != -signal.SIGSEGV, err
     assert child.returncode == 130, (child.returncode, err)
     assert err == "interrupted\n"

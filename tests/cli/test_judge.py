@@ -70,6 +70,8 @@ def test_integers_and_booleans_must_be_equal():
     assert judge([np.array([1, 2], np.int32)], [np.array([1, 2], np.int32)]).ok
     assert not judge([np.array([1, 3], np.int32)], [np.array([1, 2], np.int32)]).ok
     assert not judge([np.array([True, False])], [np.array([True, True])]).ok
+    big = np.array([2**60], np.int64)  # differs past float64's 53 bits: compared as int64
+    assert not judge([big + 1], [big]).ok
 
 
 def test_shape_and_count_mismatches_are_differences():

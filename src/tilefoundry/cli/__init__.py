@@ -14,42 +14,29 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from tilefoundry.cli.signals import STOPPING_SIGNALS, Interrupted, stopping_on_signals
 from tilefoundry.errors import EvalError, InternalCompilerError, VerifyError
 
 TRACEBACK_ENV = "TILEFOUNDRY_TRACEBACK"
-INTERRUPTED = 130
-"""The exit status of a command ended by Ctrl-C (128 + SIGINT, as shells report it)."""
 
 
 class Disagreement(Exception):
     """A backend's results differ from the reference oracle: a compiler bug, not a user error."""
 
 
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C reached the command (its SIGINT handler raised this), as opposed to a
-    KeyboardInterrupt that a DSL file raises itself, which is that file's error."""
-
-
-def _on_sigint(signum, frame) -> None:
-    raise Interrupted()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command. Run as the process's entry (`argv` None), an interrupt ends the process at
-    once with status 130: tearing down the interpreter while XLA threads still run can crash."""
-    try:
-        previous = signal.signal(signal.SIGINT, _on_sigint)
-    except ValueError:  # not the main thread: leave the handler alone
-        previous = None
-    try:
-        status = _guarded(lambda: _dispatch(list(sys.argv[1:] if argv is None else argv)))
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-    if status == INTERRUPTED and argv is None:
+    """The command. Run as the process's entry (`argv` None), a stopping signal ends the process
+    at once with status 128 + its number (130 for Ctrl-C): tearing down the interpreter while
+    XLA threads still run can crash."""
+    with stopping_on_signals() as received:
+        args = list(sys.argv[1:] if argv is None else argv)
+        status = _guarded(lambda: _dispatch(args), received)
+        if received and status < 128:  # the interrupt was swallowed for good
+            status = _stopped(received[0])
+    if status > 128 and argv is None:
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(INTERRUPTED)
+        os._exit(status)
     return status
 
 
@@ -75,7 +62,7 @@ def _dispatch(args_list: list[str]) -> int:
     return args.handler(args)
 
 
-def _guarded(action) -> int:
+def _guarded(action, received: Sequence[int] = ()) -> int:
     try:
         import numpy as np
 
@@ -83,26 +70,36 @@ def _guarded(action) -> int:
         # command's output: NaN and inf show in the results tables and the oracle judges them.
         with np.errstate(all="ignore"):
             return action()
-    except (VerifyError, EvalError) as err:
+    except KeyboardInterrupt as err:
+        return _stopped(err.signum if isinstance(err, Interrupted) else signal.SIGINT)
+    except Exception as err:  # the boundary: whatever escapes is reported, not dumped
+        if received:  # a signal's doing, surfaced as another error (numpy's import makes an
+            return _stopped(received[0])  # interrupt inside it an ImportError)
+        return _report(err)
+
+
+def _stopped(signum: int) -> int:
+    print(STOPPING_SIGNALS[signum], file=sys.stderr)
+    return 128 + signum
+
+
+def _report(err: Exception) -> int:
+    if isinstance(err, VerifyError | EvalError):
         print(visible(user_error_text(err)), file=sys.stderr)
         return 1
-    except ModuleNotFoundError as err:
-        if os.environ.get(TRACEBACK_ENV) or err.name not in ("jax", "jaxlib"):
-            raise
+    if isinstance(err, ModuleNotFoundError) and err.name in ("jax", "jaxlib"):
+        if os.environ.get(TRACEBACK_ENV):
+            raise err
         print(
             f"error: this needs {err.name}, which is not installed; "
             "pip install -e '.[xla]' adds it",
             file=sys.stderr,
         )
         return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return INTERRUPTED
-    except Exception as err:  # the boundary: whatever escapes is reported, not dumped
-        if os.environ.get(TRACEBACK_ENV):
-            raise
-        print(visible(internal_error_text(err)), file=sys.stderr)
-        return 2
+    if os.environ.get(TRACEBACK_ENV):
+        raise err
+    print(visible(internal_error_text(err)), file=sys.stderr)
+    return 2
 
 
 def user_error_text(err: VerifyError | EvalError) -> str:
@@ -143,4 +140,4 @@ def internal_error_text(err: Exception) -> str:
     )
 
 
-__all__ = ["Disagreement", "main"]
+__all__ = ["Disagreement", "Interrupted", "main"]

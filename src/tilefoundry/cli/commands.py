@@ -10,8 +10,9 @@ import sys
 
 from rich.table import Table
 
-from tilefoundry.cli.console import progress, stdout_console
-from tilefoundry.cli.output import check_output_path, write_atomically
+from tilefoundry.cli import visible
+from tilefoundry.cli.console import plain, progress, stdout_console
+from tilefoundry.cli.output import check_output_path, write_output
 from tilefoundry.cli.program import Program, bind_dims, dim_options, dim_vars, load_program
 from tilefoundry.errors import VerifyError
 from tilefoundry.inspect.shard_view import shape_text, short_type, value_rows
@@ -98,7 +99,7 @@ def show(args: argparse.Namespace) -> int:
     for header in ("value", "op", "global", "mesh axes", "per-device shape", "reshard"):
         table.add_column(header)
     for row in rows:
-        table.add_row(
+        cells = (
             row.name,
             row.op,
             short_type(row.type_),
@@ -106,6 +107,7 @@ def show(args: argparse.Namespace) -> int:
             f"{shape_text(row.local)} x {row.devices}",
             "; ".join(row.collectives),
         )
+        table.add_row(*map(plain, cells))  # names may hold rich markup
     console.print()
     console.print(table)
     return 0
@@ -134,8 +136,8 @@ def emit(args: argparse.Namespace) -> int:
     if out is None:
         sys.stdout.write(artifact)
         return 0
-    size = write_atomically(out, artifact)
-    print(f"wrote {out} ({size} bytes, @{fn.name})")
+    size = write_output(out, artifact)
+    print(visible(f"wrote {out.path} ({size} bytes, @{fn.name})"))
     return 0
 
 
@@ -155,8 +157,8 @@ def report(args: argparse.Namespace) -> int:
         page = render_report(
             fn, fusion, spmd=lower_spmd_or_none(fn), source=program.path, note=note
         )
-    size = write_atomically(out, page)
-    print(f"wrote {out} ({size} bytes): @{fn.name}")
+    size = write_output(out, page)
+    print(visible(f"wrote {out.path} ({size} bytes): @{fn.name}"))
     return 0
 
 

@@ -38,6 +38,8 @@ TOLERANCES: dict[str, tuple[float, float]] = {
 quarter (their mantissas have 3 bits or none, so one rounding step is 1/8 or more)."""
 NARROW_TOLERANCE = (0.25, 0.25)
 WORST_SHOWN = 5
+CHUNK = 1 << 16
+"""Elements judged at a time (512 KiB per float64 temporary)."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,20 @@ def _is_float(dtype: np.dtype) -> bool:
     return dtype.kind in "fcV"  # V: ml_dtypes' narrow floats
 
 
+def chunks(array: np.ndarray):
+    """`(start, block)` over `array` in C order, blocks of at most `CHUNK` elements: the judge
+    and the summaries need float64 arithmetic, and a float64 copy of a whole output would take
+    2-8 times the memory the run was admitted with."""
+    flat = array.reshape(-1)  # a view, unless the array is not contiguous
+    for start in range(0, flat.size, CHUNK):
+        yield start, flat[start : start + CHUNK]
+
+
+def float64_chunks(array: np.ndarray):
+    for start, block in chunks(array):
+        yield start, block.astype(np.float64)
+
+
 def judge(
     got: list[np.ndarray],
     want: list[np.ndarray],
@@ -121,33 +137,52 @@ def judge(
         if a.shape != b.shape:
             problems.append(f"out{i}: shape {a.shape}, expected {b.shape}")
             continue
+        tolerances = None
         if _is_float(a.dtype) or _is_float(b.dtype):
             rt, at = tolerance(a.dtype, b.dtype)
-            bad, diff, allowed, a64, b64 = _float_mismatches(
-                a, b, rt if rtol is None else rtol, at if atol is None else atol
-            )
-        else:
-            a64, b64 = a.astype(np.float64), b.astype(np.float64)
-            bad = a != b
-            diff = np.abs(a64 - b64)
-            allowed = np.zeros(a.shape)
-        finite_diff = diff[np.isfinite(diff)]
-        if finite_diff.size:
-            worst_diff = max(worst_diff, float(finite_diff.max()))
-        if bad.any():
-            worst_diff = max(worst_diff, float(np.max(np.where(bad, diff, 0.0))))
-        count += int(bad.sum())
-        worst.extend(_worst_of(i, bad, diff - allowed, a64, b64, allowed))
-    worst.sort(key=lambda pair: -pair[0])
-    shown = tuple(m for _, m in worst[:WORST_SHOWN])
+            tolerances = (rt if rtol is None else rtol, at if atol is None else atol, _scale(b))
+        for (start, a_block), (_, b_block) in zip(chunks(a), chunks(b), strict=True):
+            a64, b64 = a_block.astype(np.float64), b_block.astype(np.float64)
+            if tolerances is None:  # integers and booleans compare exactly, in their own dtype
+                bad = a_block != b_block
+                diff = np.abs(a64 - b64)
+                allowed = np.zeros(a64.shape)
+            else:
+                bad, diff, allowed = _float_mismatches(a64, b64, *tolerances)
+            finite_diff = diff[np.isfinite(diff)]
+            if finite_diff.size:
+                worst_diff = max(worst_diff, float(finite_diff.max()))
+            if bad.any():
+                worst_diff = max(worst_diff, float(np.max(np.where(bad, diff, 0.0))))
+            count += int(bad.sum())
+            worst.extend(_worst_of(i, a.shape, start, bad, diff - allowed, a64, b64, allowed))
+            worst = sorted(worst, key=lambda pair: -pair[0])[:WORST_SHOWN]
+    shown = tuple(m for _, m in worst)
     return Verdict(not problems and not count, worst_diff, count, shown, tuple(problems))
 
 
-def _float_mismatches(a: np.ndarray, b: np.ndarray, rtol: float, atol: float):
+def _scale(want: np.ndarray) -> float:
+    """The median magnitude of the oracle's finite values (at least 1), from one copy of them
+    in their own dtype, partitioned in place; the two middle values are averaged in float64."""
+    if _is_float(want.dtype):
+        finite, count = np.empty(want.size, want.dtype), 0
+        for _, block in chunks(want):
+            kept = block[np.isfinite(block)]
+            finite[count : count + kept.size] = kept
+            count += kept.size
+        finite = finite[:count]
+    else:  # an integer oracle against a float result: |int8(-128)| needs a wider type
+        finite = want.astype(np.float64).reshape(-1)
+    np.abs(finite, out=finite)
+    if not finite.size:
+        return 1.0
+    low, high = (finite.size - 1) // 2, finite.size // 2
+    finite.partition((low, high))
+    return max(1.0, (float(finite[low]) + float(finite[high])) / 2)
+
+
+def _float_mismatches(a64: np.ndarray, b64: np.ndarray, rtol: float, atol: float, scale: float):
     """Per element: (differs, |diff|, allowance) with NaN == NaN and exact infinities."""
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    finite_want = np.abs(b64[np.isfinite(b64)])
-    scale = max(1.0, float(np.median(finite_want))) if finite_want.size else 1.0
     allowed = atol * scale + rtol * np.where(np.isfinite(b64), np.abs(b64), 0.0)
     both_finite = np.isfinite(a64) & np.isfinite(b64)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -156,19 +191,20 @@ def _float_mismatches(a: np.ndarray, b: np.ndarray, rtol: float, atol: float):
     same_inf = np.isinf(a64) & (a64 == b64)
     diff = np.where(same_nan | same_inf, 0.0, diff)
     bad = ~(same_nan | same_inf) & ~(both_finite & (diff <= allowed))
-    return bad, diff, allowed, a64, b64
+    return bad, diff, allowed
 
 
-def _worst_of(output: int, bad, excess, a64, b64, allowed) -> list[tuple[float, Mismatch]]:
+def _worst_of(
+    output: int, shape, start: int, bad, excess, a64, b64, allowed
+) -> list[tuple[float, Mismatch]]:
+    """The worst elements of one chunk (flat offsets from `start` in an array of `shape`)."""
     if not bad.any():
         return []
     flat = np.flatnonzero(bad)
-    order = flat[np.argsort(-excess.ravel()[flat], kind="stable")][:WORST_SHOWN]
+    order = flat[np.argsort(-excess[flat], kind="stable")][:WORST_SHOWN]
     out = []
     for k in order:
-        index = tuple(int(j) for j in np.unravel_index(k, bad.shape))
-        mismatch = Mismatch(
-            output, index, float(a64[index]), float(b64[index]), float(allowed[index])
-        )
-        out.append((float(excess.ravel()[k]), mismatch))
+        index = tuple(int(j) for j in np.unravel_index(start + int(k), shape))
+        mismatch = Mismatch(output, index, float(a64[k]), float(b64[k]), float(allowed[k]))
+        out.append((float(excess[k]), mismatch))
     return out

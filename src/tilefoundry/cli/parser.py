@@ -26,7 +26,7 @@ folder first on sys.path (it imports the files beside it), __file__ set; only gi
 would run with python. Its sys.exit() is reported as the file's error, but an os._exit() there ends
 the command at once with the status the file chose (nothing in-process can catch it).
 Exit status: 0 ok, 1 the program or its inputs are wrong (a located message), 2 a tilefoundry bug,
-130 interrupted (Ctrl-C).
+130 interrupted (Ctrl-C; 143 for SIGTERM, 129 for SIGHUP).
 """
 
 
@@ -59,6 +59,16 @@ def _tolerance(text: str) -> float:
         value = float("nan")
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text!r}")
     return value
 
 
@@ -169,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     runner.add_argument(
         "--timeout",
-        type=float,
+        type=_seconds,
         default=300.0,
         metavar="S",
         help="with --processes: stop every worker and fail if the run takes longer (default 300)",

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tilefoundry.cli import Interrupted
+from tilefoundry.cli.signals import Interrupted
 from tilefoundry.errors import VerifyError
 from tilefoundry.frontend import parse_source
 from tilefoundry.frontend.source import program_exit_error
@@ -182,7 +182,7 @@ def bind_dims(
         )
     bound: dict[str, int] = {}
     for name, var in variables.items():
-        value = given[name] if name in given else int(rng.integers(var.lo, var.hi))
+        value = given[name] if name in given else draw_integer(rng, var.lo, var.hi)
         if not var.lo <= value < var.hi:
             raise VerifyError(
                 f"Function {fn.name}: --dim {name}={value} is outside {name}'s range "
@@ -190,6 +190,22 @@ def bind_dims(
             )
         bound[name] = value
     return bound
+
+
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def draw_integer(rng: np.random.Generator, lo: int, hi: int) -> int:
+    """A seeded uniform draw from [lo, hi), also for an envelope past int64, where numpy's
+    `integers` stops (`DimVar('N', 1, 10**30)`): random bytes, rejecting draws past the width."""
+    if INT64[0] <= lo and hi - 1 <= INT64[1]:
+        return int(rng.integers(lo, hi))
+    width = hi - lo
+    bits = width.bit_length()
+    while True:
+        value = int.from_bytes(rng.bytes((bits + 7) // 8), "little") >> (-bits % 8)
+        if value < width:
+            return lo + value
 
 
 def concrete_shape(type_: TensorType, bound: dict[str, int]) -> tuple[int, ...]:
@@ -204,9 +220,16 @@ def concrete_shape(type_: TensorType, bound: dict[str, int]) -> tuple[int, ...]:
     return tuple(shape)
 
 
+DRAW_CHUNK = 1 << 16
+"""Elements drawn at a time: the draw's own dtype (float64 for a bool's coin, int64 for an
+integer) is wider than most parameters', so only one block of it is ever alive."""
+
+
 def random_inputs(fn: Function, bound: dict[str, int], rng: np.random.Generator) -> list:
     """One array per parameter, drawn from its type: floats ~ N(0, 1) scaled down so deep
-    programs stay finite, integers in a small range, booleans fair."""
+    programs stay finite, integers in a small range, booleans fair. Each array is allocated
+    in its own dtype and filled a block at a time (the same values as one whole draw), so
+    drawing needs no more memory than the inputs themselves."""
     arrays = []
     for param in fn.params:
         type_ = param.type
@@ -214,18 +237,25 @@ def random_inputs(fn: Function, bound: dict[str, int], rng: np.random.Generator)
             raise VerifyError(
                 f"Function {fn.name}: parameter '{param.name}' is not a tensor; pass --inputs"
             )
-        shape = concrete_shape(type_, bound)
-        dtype = type_.dtype
-        if dtype.is_bool:
-            array = rng.random(shape) < 0.5
-        elif dtype.is_int:
-            low = 0 if dtype.is_unsigned else -8
-            array = rng.integers(low, 8, size=shape)
-        else:  # drawn in f32 unless the parameter is f64: no f64 copy of an f32 input
-            draw = np.float64 if dtype.itemsize_bits > 32 else np.float32
-            array = rng.standard_normal(shape, dtype=draw) * draw(0.5)
-        arrays.append(np.asarray(array).astype(dtype.to_numpy(), copy=False))
+        array = np.empty(concrete_shape(type_, bound), dtype=type_.dtype.to_numpy())
+        flat = array.reshape(-1)
+        draw = _drawer(type_.dtype, rng)
+        for start in range(0, flat.size, DRAW_CHUNK):
+            block = flat[start : start + DRAW_CHUNK]
+            block[...] = draw(block.size)
+        arrays.append(array)
     return arrays
+
+
+def _drawer(dtype, rng: np.random.Generator):
+    if dtype.is_bool:
+        return lambda n: rng.random(n) < 0.5
+    if dtype.is_int:
+        low = 0 if dtype.is_unsigned else -8
+        return lambda n: rng.integers(low, 8, size=n)
+    # drawn in f32 unless the parameter is f64: no f64 copy of an f32 input
+    wide = np.float64 if dtype.itemsize_bits > 32 else np.float32
+    return lambda n: rng.standard_normal(n, dtype=wide) * wide(0.5)
 
 
 def load_inputs(fn: Function, paths: list[str]) -> list[np.ndarray]:
@@ -235,17 +265,46 @@ def load_inputs(fn: Function, paths: list[str]) -> list[np.ndarray]:
             f"({', '.join(p.name for p in fn.params)}); --inputs gave {len(paths)}"
         )
     arrays = []
-    for path in paths:
+    for param, path in zip(fn.params, paths, strict=True):
         try:
             _check_npy_size(path)
-            arrays.append(np.load(path, allow_pickle=False))
+            array = np.load(path, allow_pickle=False)
         except FileNotFoundError:
             raise VerifyError(f"{path}: no such file", location=SourceSpan(path, 1, 1)) from None
+        except VerifyError:
+            raise
+        except (SyntaxError, tokenize.TokenError) as err:  # raised by numpy's header parser
+            raise VerifyError(
+                f"{path}: not a .npy array (its header does not parse: {err})",
+                location=SourceSpan(path, 1, 1),
+            ) from None
         except (OSError, ValueError) as err:
             raise VerifyError(
                 f"{path}: not a .npy array ({err})", location=SourceSpan(path, 1, 1)
             ) from None
+        arrays.append(_saved_narrow_float(array, param.type))
     return arrays
+
+
+def _saved_narrow_float(array: np.ndarray, type_: object) -> np.ndarray:
+    """An array of raw bytes (`|V2`, `|V1`) for a parameter of an ml_dtypes float (bf16, the
+    fp8 and fp4 types), viewed as that dtype: numpy cannot record those dtypes in a .npy
+    header, so `np.save` of a bfloat16 array writes `|V2`, and this is the only way to give
+    such a parameter data. Anything else is left for the input check to judge."""
+    if not isinstance(type_, TensorType) or array.dtype.kind != "V" or array.dtype.fields:
+        return array
+    carrier = np.dtype(type_.dtype.to_numpy())
+    if carrier.kind != "V" or carrier.itemsize != array.dtype.itemsize:
+        return array
+    return array.view(carrier)
+
+
+NPY_HEADER_READERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+    # 3.0 is 2.0's layout with a UTF-8 header; the fields the size check reads are ASCII
+    (3, 0): np.lib.format.read_array_header_2_0,
+}
 
 
 def _check_npy_size(path: str) -> None:
@@ -256,12 +315,9 @@ def _check_npy_size(path: str) -> None:
         raise VerifyError(f"{path}: not a regular file", location=SourceSpan(path, 1, 1))
     with open(path, "rb") as handle:
         version = np.lib.format.read_magic(handle)
-        read_header = {
-            (1, 0): np.lib.format.read_array_header_1_0,
-            (2, 0): np.lib.format.read_array_header_2_0,
-        }.get(version)
+        read_header = NPY_HEADER_READERS.get(version)
         if read_header is None:
-            return  # np.load reports a version it cannot read
+            return  # np.load refuses a version it cannot read before allocating
         shape, _, dtype = read_header(handle)
         offset = handle.tell()
     if dtype.hasobject:

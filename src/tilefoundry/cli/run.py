@@ -20,7 +20,7 @@ from rich.table import Table
 from tilefoundry.cli import Disagreement
 from tilefoundry.cli.commands import compile_fn, entry_of
 from tilefoundry.cli.console import plain, progress, stdout_console
-from tilefoundry.cli.judge import flush_subnormals, judge
+from tilefoundry.cli.judge import float64_chunks, flush_subnormals, judge
 from tilefoundry.cli.program import (
     bind_dims,
     dim_options,
@@ -166,17 +166,20 @@ def _summary_table(title: str, names: list[str], arrays: list[np.ndarray]) -> Ta
     for header in ("name", "shape", "dtype", "mean", "std", "min", "max"):
         table.add_column(header, justify="left" if header in ("name", "dtype") else "right")
     for name, array in zip(names, arrays, strict=True):
-        values = array.astype(np.float64) if array.size else np.zeros(1)
-        table.add_row(
-            name,
-            str(tuple(array.shape)),
-            str(array.dtype),
-            f"{values.mean():.4g}",
-            f"{values.std():.4g}",
-            f"{values.min():.4g}",
-            f"{values.max():.4g}",
-        )
+        stats = _statistics(array) if array.size else (0.0, 0.0, 0.0, 0.0)
+        table.add_row(name, str(tuple(array.shape)), str(array.dtype), *(f"{v:.4g}" for v in stats))
     return table
+
+
+def _statistics(array: np.ndarray) -> tuple[float, float, float, float]:
+    """Mean, standard deviation, min and max in float64, a block at a time (NaN propagates)."""
+    total, low, high = 0.0, np.inf, -np.inf
+    for _, block in float64_chunks(array):
+        total += float(block.sum())
+        low, high = np.minimum(low, block.min()), np.maximum(high, block.max())
+    mean = total / array.size
+    spread = sum(float(np.square(block - mean).sum()) for _, block in float64_chunks(array))
+    return mean, float(np.sqrt(spread / array.size)), float(low), float(high)
 
 
 def _print_run(args, path, fn, bound, devices, arrays, results, judged, fused_note, timings):
@@ -185,7 +188,7 @@ def _print_run(args, path, fn, bound, devices, arrays, results, judged, fused_no
     console.print(f"run @{plain(fn.name)} from {plain(path)} on {where} (seed {args.seed})")
     if bound:
         picked = ", ".join(f"{k}={v}" for k, v in bound.items())
-        console.print(f"DimVars: {picked}" + ("" if args.dim else " (drawn from the seed)"))
+        console.print(f"DimVars: {plain(picked)}" + ("" if args.dim else " (drawn from the seed)"))
     source = "from --inputs" if args.inputs else "random from the parameter types"
     console.print(_summary_table(f"inputs ({source})", [p.name for p in fn.params], arrays))
     names = [f"out{i}" for i in range(len(results))] if len(results) > 1 else ["out"]

@@ -36,8 +36,6 @@ def processes_for(args: argparse.Namespace, fn: Function, devices: int | None) -
         return None
     if processes < 1:
         raise VerifyError(f"Function {fn.name}: --processes {processes}; needs at least 1")
-    if args.timeout <= 0:
-        raise VerifyError(f"Function {fn.name}: --timeout {args.timeout:g}; needs seconds > 0")
     if args.backend != "xla":
         raise VerifyError(
             f"Function {fn.name}: --processes runs the SPMD module on XLA; add --backend xla"
@@ -100,17 +98,23 @@ def run_on_processes(
         argv += ["--func", args.func] if args.func else []
         argv += [f"--dim={name}={value}" for name, value in bound.items()]
         argv += [f"--timeout={max(1, math.ceil(args.timeout))}"]
-        # the logs outlive a failed run (its message points at them); a good run removes them
+        # the logs outlive a failed run (its message points at them); a good run and an
+        # interrupted one (Ctrl-C, SIGTERM) remove them
         logs = work / "logs" if workdir is not None else Path(tempfile.mkdtemp(prefix="tf-logs-"))
         start = time.perf_counter()
-        launch = launch_local(
-            argv,
-            processes,
-            devices_per_process=devices // processes,
-            timeout_s=args.timeout,
-            log_dir=logs,
-            on_start=_announce,
-        )
+        try:
+            launch = launch_local(
+                argv,
+                processes,
+                devices_per_process=devices // processes,
+                timeout_s=args.timeout,
+                log_dir=logs,
+                on_start=_announce,
+            )
+        except KeyboardInterrupt:
+            if workdir is None:
+                shutil.rmtree(logs, ignore_errors=True)
+            raise
         if workdir is None:
             shutil.rmtree(logs, ignore_errors=True)
         timings.append((f"{processes} processes: launch to finish", time.perf_counter() - start))

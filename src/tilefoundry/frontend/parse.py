@@ -82,7 +82,7 @@ def _parse_def(
     diag = Diagnostics(source, pyfn.__name__)
     try:
         tree = with_python_compiler_room(
-            lambda: ast.parse(dedented), SourceSpan(source.file, first_line, indent + 1)
+            lambda: ast.parse(dedented), dedented, SourceSpan(source.file, first_line, indent + 1)
         )
     except SyntaxError as err:
         if quiet:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import linecache
 import re
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +27,19 @@ PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
 
 @gc_paused
 def parse_source(
-    text: str, filename: str = "<tilefoundry>", namespace: dict[str, Any] | None = None
+    text: str, filename: str = "<tilefoundry>", namespace: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """Execute `text` as a module and return its namespace (the `@func` results among it)."""
+    _check_arguments(text, filename, namespace)
     lines = text.splitlines(keepends=True)
     linecache.cache[filename] = (len(text), None, lines, filename)
     scope: dict[str, Any] = {"__name__": "__tilefoundry_source__"}
     scope.update(namespace or {})
     try:
         code = with_python_compiler_room(
-            lambda: compile(text, filename, "exec", dont_inherit=True), SourceSpan(filename, 1, 1)
+            lambda: compile(text, filename, "exec", dont_inherit=True),
+            text,
+            SourceSpan(filename, 1, 1),
         )
     except SyntaxError as err:
         raise VerifyError(
@@ -57,6 +61,20 @@ def parse_source(
     except BaseException as err:  # SystemExit (sys.exit), a bare BaseException subclass
         raise program_exit_error(err, filename) from None
     return scope
+
+
+def _check_arguments(text: object, filename: object, namespace: object) -> None:
+    """A wrong argument is the caller's error, named, not an AttributeError from inside."""
+    for name, value in (("text", text), ("filename", filename)):
+        if isinstance(value, bytes):
+            raise VerifyError(f"parse_source: {name} must be a str, got bytes; decode it first")
+        if not isinstance(value, str):
+            raise VerifyError(f"parse_source: {name} must be a str, got {type(value).__name__}")
+    if namespace is not None and not isinstance(namespace, Mapping):
+        raise VerifyError(
+            "parse_source: namespace must be a mapping of names to values (or None), got "
+            f"{type(namespace).__name__}"
+        )
 
 
 def program_exit_error(err: BaseException, filename: str) -> VerifyError:

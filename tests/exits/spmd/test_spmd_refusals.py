@@ -8,10 +8,9 @@ from exits.spmd import spmd_worker
 from exits.spmd.sharded_programs import TP
 from frontend import programs as frontend_programs
 from tilefoundry.dsl import tf
-from tilefoundry.errors import UnsupportedError
-from tilefoundry.evaluator import evaluate
+from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.exits.stablehlo.spmd import emit_spmd
-from tilefoundry.frontend import Tensor, func
+from tilefoundry.frontend import Tensor, func, parse_source
 from tilefoundry.ir.types.shard import make_mesh
 
 CTA = make_mesh((4,), ("c",), topology="cta")
@@ -43,8 +42,8 @@ P32 = make_mesh((3, 2), ("r", "s"))
 
 
 @func
-def unnested_views(x: Tensor[(12 @ P23.p, 6), "f32"]):
-    return tf.reshard(x, layout=(12 @ P32.r, 6), storage="gmem")
+def unnested_views(x: Tensor[(12 @ P23.p, 6), "f32"], y: Tensor[(12 @ P32.r, 6), "f32"]):
+    return tf.relu(x), tf.relu(y)
 
 
 @func
@@ -77,14 +76,22 @@ def test_a_local_result_has_no_global_value():
 
 def test_views_without_a_common_refinement_are_refused_up_front_naming_both():
     """Issue 15 item 6: meshes over one device set run together only when their axes nest;
-    (2, 3) and (3, 2) do not, so both the exit and the simulator refuse, naming both meshes."""
-    for refuse in (
-        lambda: emit_spmd(unnested_views),
-        lambda: evaluate(unnested_views, np.ones((12, 6), np.float32)),
-    ):
-        with pytest.raises(UnsupportedError, match="have no common refinement") as caught:
-            refuse()
-        assert "p=2, q=3" in caught.value.message and "r=3, s=2" in caught.value.message
+    (2, 3) and (3, 2) do not, so the exit refuses a program holding both, naming both meshes.
+    A Reshard from one to the other (which the simulator cannot run either) is refused when it
+    is typed (issue 28: "a reshard onto another mesh passes `check` and both backends then
+    refuse it")."""
+    with pytest.raises(UnsupportedError, match="have no common refinement") as caught:
+        emit_spmd(unnested_views)
+    with pytest.raises(VerifyError, match="have no common refinement") as typed:
+        parse_source(
+            "from tilefoundry import Tensor, func\nfrom tilefoundry.dsl import tf\n\n"
+            '@func\ndef f(x: Tensor[(12 @ P23.p, 6), "f32"]):\n'
+            '    return tf.reshard(x, layout=(12 @ P32.r, 6), storage="gmem")\n',
+            "views.py",
+            {"P23": P23, "P32": P32},
+        )
+    for refused in (caught.value, typed.value):
+        assert "p=2, q=3" in refused.message and "r=3, s=2" in refused.message
 
 
 def test_an_unsharded_function_belongs_to_the_single_device_exit():

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import copy
+import gc
 import operator
 import pickle
+import weakref
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from support.threads import run_together
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.types import (
     DimExpr,
@@ -75,6 +78,32 @@ def test_dimvar_fixed_value_envelope_is_allowed():
 def test_dimvar_is_immutable():
     with pytest.raises(AttributeError):
         S.hi = 3
+
+
+def test_threads_naming_one_dimvar_get_one_object():
+    """Issue 28: "DimVar interning is not thread-safe": eight threads name the same fresh
+    DimVars together, with thread switches as frequent as CPython allows. (The old dict table
+    happened to hold under CPython 3.11's GIL: nothing between its lookup and its insert could
+    switch threads; the weak table's lookup is Python code, where threads switch, and without
+    the lock this test finds DimVars made twice.)"""
+    made: list[list[DimVar]] = [[] for _ in range(8)]
+
+    def name_all(i: int) -> None:
+        made[i].extend(DimVar(f"race{k}", 1, 8) for k in range(300))
+
+    assert run_together(name_all, 8) == []
+    for k in range(300):
+        assert len({id(found[k]) for found in made}) == 1, f"race{k} was made twice"
+
+
+def test_a_dropped_dimvar_is_not_kept_by_the_intern_table():
+    """Issue 28: "its table keeps dropped DimVars"."""
+    dropped = weakref.ref(DimVar("dropped", 1, 8))
+    gc.collect()
+    assert dropped() is None
+    kept = DimVar("kept", 1, 8)
+    gc.collect()
+    assert DimVar("kept", 1, 8) is kept
 
 
 # ---- the normal form ----------------------------------------------------------------------------

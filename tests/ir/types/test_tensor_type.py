@@ -51,6 +51,10 @@ def test_shape_entries_are_normalised():
     assert make_tensor_type((S + 1,)) == make_tensor_type((1 + S,))
 
 
+def test_rank_64_is_the_most_numpy_holds():
+    assert TensorType((1,) * 64, f32).rank == 64
+
+
 def test_scalar_is_rank_zero():
     # spec-facts types §2: a scalar is rank-0, shape ().
     t = make_tensor_type((), i64, "umat")
@@ -68,6 +72,8 @@ def test_scalar_is_rank_zero():
         ({"shape": (4,), "dtype": f32, "storage": "GMEM"}, "unknown storage"),
         ({"shape": (4,), "dtype": f32, "storage": None}, "storage must be a StorageKind"),
         ({"shape": (4,), "dtype": f32, "layout": "row-major"}, "layout must be a Layout"),
+        # issue 28: "a rank-200 tensor is an internal error" (numpy holds at most 64 axes)
+        ({"shape": (1,) * 65, "dtype": f32}, "rank 65 exceeds 64, the most numpy"),
     ],
 )
 def test_tensor_type_rejects(kwargs, message):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tilefoundry.errors import VerifyError
+from tilefoundry.ir.names import check_name
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,7 @@ class Module:
         target: Target | None = None,
         topologies: Iterable[Any] | None = None,
     ):
-        if not isinstance(name, str) or not name:
-            raise VerifyError(f"Module: name must be a non-empty string, got {name!r}")
+        check_name("Module", name)
         if target is not None and not isinstance(target, Target):
             raise VerifyError(f"Module {name}: target must be a Target, got {target!r}")
         functions = tuple(functions)

@@ -16,6 +16,7 @@ from tilefoundry.ir.core import DimVarRangePat, Expr, Metadata, Var
 from tilefoundry.ir.core.metadata import normalize_metadata
 from tilefoundry.ir.hir.dispatch import check_anchor, check_coverage, check_new_variant
 from tilefoundry.ir.hir.signature import signature_dim_vars
+from tilefoundry.ir.names import check_name
 from tilefoundry.ir.types import CallableType, TensorType, TupleType
 
 
@@ -41,8 +42,7 @@ class Function(Expr):
 
     def __post_init__(self) -> None:
         where = f"Function {self.name}"
-        if not isinstance(self.name, str) or not self.name:
-            raise VerifyError(f"Function: name must be a non-empty string, got {self.name!r}")
+        check_name("Function", self.name)
         params = tuple(self.params)
         for i, param in enumerate(params):
             if not isinstance(param, Var):

@@ -225,9 +225,12 @@ def check_arguments(
                 f"{expected}"
             ) from None
         if value.dtype != expected:
+            # raw bytes of the same width are how np.save stores an ml_dtypes array
+            raw = value.dtype.kind == "V" == expected.kind
+            fix = "view" if raw and value.dtype.itemsize == expected.itemsize else "astype"
             raise EvalError(
                 f"{where} is {param.type.dtype.name} ({expected}), got an array of dtype "
-                f"{value.dtype}; convert it with .astype({expected.name!r}) first"
+                f"{value.dtype}; convert it with .{fix}({expected.name!r}) first"
             )
         checked.append(value)
     bindings = bind_dim_vars(fn_name, params, [a.shape for a in checked])

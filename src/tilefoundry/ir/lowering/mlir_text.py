@@ -90,13 +90,19 @@ def is_on_one_device(layout: object) -> bool:
     """A ShardLayout over a `cta` mesh: the CTAs of ONE device share its work (DESIGN §4.13), so
     the single-device exit runs the program's unsharded meaning — each value its global value,
     as the mesh simulation gathers it (DESIGN §4.12) — and the CTA grid is a schedule it leaves
-    to XLA. Per-CTA values (Local) have no global value and stay refused by their own rule."""
+    to XLA. Per-CTA values (Local) have no global value and stay refused by their own rule. A
+    device mesh of one device is one device too: each of its shards is the whole value."""
     return isinstance(layout, ShardLayout) and mesh_is_on_one_device(layout.mesh)
 
 
 def mesh_is_on_one_device(mesh: object) -> bool:
-    """Whether every level of `mesh` is a CTA grid inside one device (see is_on_one_device)."""
-    return all(t.name == "cta" for t in mesh.topologies)
+    """Whether every level of `mesh` is a CTA grid inside one device, or `mesh` is a device
+    mesh of one device (see is_on_one_device). The second matters at XLA: an SPMD module of one
+    partition is never partitioned, so its Shardy custom calls reach the runtime unlowered."""
+    names = {t.name for t in mesh.topologies}
+    if names == {"cta"}:
+        return True
+    return names == {"device"} and all(extent == 1 for extent in mesh.shape)
 
 
 _SYMBOL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")

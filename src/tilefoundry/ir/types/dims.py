@@ -17,12 +17,15 @@ rewrite that holds for every integer is applied (`(4*S+5)//4 == S+1+1//4`, i.e. 
 from __future__ import annotations
 
 import numbers
+import threading
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, ClassVar
 
 from tilefoundry.errors import VerifyError
+from tilefoundry.ir.names import check_name
 
 
 class _DimArith:
@@ -81,18 +84,23 @@ class DimVar(_DimArith):
 
     Interned per `(name, lo, hi)` (spec-facts types §4) so identity is equality and signature
     checks can compare by `is`. `[k, k+1)` is the fixed value k. Copy and pickle keep identity.
+    The table holds its DimVars weakly (one nothing refers to any more is dropped, and is built
+    afresh if named again: nothing can tell the two apart) and is read and filled under a lock,
+    so two threads naming the same DimVar get the same object.
     """
 
     __slots__ = ("__weakref__", "hi", "lo", "name")
-    _interned: dict[tuple[str, int, int], DimVar] = {}  # noqa: RUF012 - class-wide intern table
+    _interned: ClassVar[weakref.WeakValueDictionary[tuple[str, int, int], DimVar]] = (
+        weakref.WeakValueDictionary()
+    )
+    _interning: ClassVar[threading.Lock] = threading.Lock()
 
     name: str
     lo: int
     hi: int
 
     def __new__(cls, name: str, lo: int, hi: int) -> DimVar:
-        if not isinstance(name, str) or not name:
-            raise VerifyError(f"DimVar: name must be a non-empty string, got {name!r}")
+        check_name("DimVar", name)
         for label, bound in (("lo", lo), ("hi", hi)):
             if not _is_int(bound):
                 raise VerifyError(f"DimVar {name}: {label} must be an int, got {bound!r}")
@@ -102,15 +110,16 @@ class DimVar(_DimArith):
                 f"DimVar {name}: envelope [lo, hi) must be non-empty (lo < hi), got [{lo}, {hi})"
             )
         key = (name, lo, hi)
-        existing = cls._interned.get(key)
-        if existing is not None:
-            return existing
-        self = super().__new__(cls)
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "lo", lo)
-        object.__setattr__(self, "hi", hi)
-        cls._interned[key] = self
-        return self
+        with cls._interning:
+            existing = cls._interned.get(key)
+            if existing is not None:
+                return existing
+            self = super().__new__(cls)
+            object.__setattr__(self, "name", name)
+            object.__setattr__(self, "lo", lo)
+            object.__setattr__(self, "hi", hi)
+            cls._interned[key] = self
+            return self
 
     def __setattr__(self, key: str, value: object) -> None:
         raise AttributeError(f"DimVar {self.name} is immutable")

@@ -19,11 +19,20 @@ from tilefoundry.ir.types.dims import ShapeDim, format_dim, normalize_dim
 from tilefoundry.ir.types.dtype import DType, f32
 from tilefoundry.ir.types.storage import StorageKind
 
+MAX_RANK = 64
+"""numpy's NPY_MAXDIMS: the reference evaluator (and every exit's host arrays) hold a value as
+a numpy array, so a rank beyond it could be typed but never run."""
+
 
 def _check_shape(shape: Any) -> tuple[ShapeDim, ...]:
     if not isinstance(shape, tuple | list):
         raise VerifyError(
             f"TensorType: shape must be a tuple of dims, got {shape!r} (a scalar is shape ())"
+        )
+    if len(shape) > MAX_RANK:
+        raise VerifyError(
+            f"TensorType: rank {len(shape)} exceeds {MAX_RANK}, the most numpy (and so the "
+            "evaluator and the exits) can hold; merge axes with a reshape"
         )
     dims = tuple(normalize_dim(d, what="TensorType: shape entry") for d in shape)
     for axis, d in enumerate(dims):

@@ -257,6 +257,26 @@ REJECT = [
         t((8,)),
         r"target layout is Dynamic on mesh axis 0",
     ),
+    # issue 28: "a reshard onto another mesh passes check and both backends then refuse it";
+    # values move only between views of one device set (meshes whose axes nest), at check time
+    (
+        "onto a mesh of other devices",
+        reshard(sharded((8,), make_mesh((8,), ("w",)), S(0)).layout),
+        sharded((8,), X, S(0)),
+        r"Reshard: the meshes .* have no common refinement: they are not views of one device",
+    ),
+    (
+        "onto a cta mesh",
+        reshard(sharded((8,), CTA, S(0)).layout),
+        sharded((8,), X, S(0)),
+        r"Reshard: the meshes Mesh\(device\[4\]: x=4\) and Mesh\(cta\[4\]: c=4\) have no",
+    ),
+    (
+        "onto axes that do not nest",
+        reshard(sharded((6,), make_mesh((3, 2), ("p", "q")), S(0), B).layout),
+        sharded((6,), make_mesh((2, 3), ("a", "b")), S(0), B),
+        r"their axes do not nest",
+    ),
 ]
 
 

@@ -17,6 +17,7 @@ from itertools import product as cartesian
 from math import prod
 
 from tilefoundry.errors import UnsupportedError
+from tilefoundry.ir.lowering.mlir_text import mlir_symbol
 from tilefoundry.ir.types import TensorType
 from tilefoundry.ir.types.shard import Layout, Mesh
 from tilefoundry.ir.types.shard.int_tuple import is_int
@@ -52,8 +53,20 @@ def check_device_mesh(mesh: Mesh, where: str) -> None:
 
 
 def axis_names(mesh: Mesh) -> tuple[str, ...]:
-    """The Shardy axis names: the mesh's own, or `a0, a1, ...` for an unnamed mesh."""
-    return tuple(mesh.names) if mesh.names else tuple(f"a{i}" for i in range(mesh.rank))
+    """The Shardy axis names: the mesh's own, or `a0, a1, ...` for an unnamed mesh, mangled to
+    ASCII as function names are (`mlir_symbol`: `τ` is `_U3C4_`): XLA's import of Shardy's
+    attributes aborts the process on a non-ASCII axis name. Names that mangle alike are told
+    apart by a suffix."""
+    if not mesh.names:
+        return tuple(f"a{i}" for i in range(mesh.rank))
+    names: list[str] = []
+    for name in mesh.names:
+        base = mlir_symbol(name)
+        symbol, suffix = base, 1
+        while symbol in names:
+            symbol, suffix = f"{base}_{suffix}", suffix + 1
+        names.append(symbol)
+    return tuple(names)
 
 
 def local_shape(type_: TensorType, shape: Sequence[int], where: str) -> tuple[int, ...]:

@@ -61,6 +61,7 @@ from tilefoundry.rules import (
     register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
+from tilefoundry.sharding.mesh_views import refine
 
 __all__ = ["Reshard", "needs_grid_fence"]
 
@@ -127,6 +128,19 @@ def _check_value_states(op: Op, x: TensorType, target: ShardLayout) -> None:
                 )
 
 
+def _check_one_device_set(op: Op, x: TensorType, target: ShardLayout) -> None:
+    """A Reshard moves a value between views of one device set (`mesh_views`: meshes whose
+    axes nest); the simulator and the SPMD exit move values only there, so another mesh is
+    refused at check time, naming both, not when the program first runs."""
+    source = x.layout.mesh if isinstance(x.layout, ShardLayout) else None
+    if source is None or source == target.mesh:
+        return
+    try:
+        refine([source, target.mesh], op_name(op), "a Reshard")
+    except UnsupportedError as err:
+        raise VerifyError(err.message) from None
+
+
 def _check_size(op: Op, x: TensorType, target: ShardLayout) -> None:
     """seed shard §7.4: a Reshard keeps the logical shape, so the layout must cover it exactly."""
     layout_size, tensor_size = product(target.shape), product(x.shape)
@@ -169,6 +183,7 @@ def _target_layout(op: Op, x: TensorType, storage: StorageKind) -> ShardLayout:
     target = op.layout
     _check_size(op, x, target)
     _check_value_states(op, x, target)
+    _check_one_device_set(op, x, target)
     if not isinstance(target.layout, Layout) or target.layout.stride is not None:
         return target
     try:

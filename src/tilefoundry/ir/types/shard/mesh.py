@@ -13,6 +13,7 @@ from functools import cached_property
 from math import prod
 
 from tilefoundry.errors import VerifyError
+from tilefoundry.ir.names import check_name
 from tilefoundry.ir.types.shard.int_tuple import is_int, is_value
 from tilefoundry.ir.types.shard.layout import ComposedLayout, Layout
 
@@ -44,8 +45,7 @@ class Topology:
     num_devices: int | None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise VerifyError(f"Topology: name must be a non-empty str, got {self.name!r}")
+        check_name("Topology", self.name)
         count = self.num_devices
         if count is not None and (not is_int(count) or count < 1):
             raise VerifyError(
