@@ -31,14 +31,13 @@ from tilefoundry.cli.program import (
 )
 from tilefoundry.cli.run_processes import processes_for, run_on_processes
 from tilefoundry.errors import VerifyError
+from tilefoundry.ir.core.nested import flatten
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.hir.footprint import check_memory
 
 
 def flat_outputs(value) -> list[np.ndarray]:
-    if isinstance(value, tuple):
-        return [a for v in value for a in flat_outputs(v)]
-    return [np.asarray(value)]
+    return [np.asarray(leaf) for leaf in flatten(value)]
 
 
 def _timed(label: str, timings: list[tuple[str, float]], action):

@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 def _work(args: argparse.Namespace) -> int:
     from tilefoundry.cli.program import load_program
     from tilefoundry.exits.runtimes.distributed import config_from_environment, run_distributed
+    from tilefoundry.ir.core.nested import flatten
 
     workdir = Path(args.workdir)
     config = config_from_environment()
@@ -69,18 +70,11 @@ def _work(args: argparse.Namespace) -> int:
         "timings": timings,
     }
     if config.process_id == 0:
-        for i, value in enumerate(_flat(result.value)):
+        for i, value in enumerate(flatten(result.value)):
             np.save(workdir / f"out{i}.npy", value)
         (workdir / "module.mlir").write_text(result.module.text, encoding="utf-8")
     (workdir / f"process{config.process_id}.json").write_text(json.dumps(report))
     return 0
-
-
-def _flat(value) -> list[np.ndarray]:
-    """The results in flat order (a tuple return nests)."""
-    if isinstance(value, tuple):
-        return [leaf for v in value for leaf in _flat(v)]
-    return [np.asarray(value)]
 
 
 if __name__ == "__main__":

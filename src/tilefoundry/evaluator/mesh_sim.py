@@ -41,6 +41,7 @@ from tilefoundry.evaluator.values import (
     strided_indices,
 )
 from tilefoundry.ir.core import Op
+from tilefoundry.ir.core.nested import flatten
 from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.types import TupleType, Type
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
@@ -48,12 +49,6 @@ from tilefoundry.rules import EVAL, SHARDED_EVAL
 from tilefoundry.sharding.block_plan import ArgView, Block, BlockPlan, Engine, Kind
 from tilefoundry.sharding.mesh_views import refine
 from tilefoundry.sharding.shard_reading import AxisSplit, axis_splits
-
-
-def _leaves(value: Any) -> list[Any]:
-    if isinstance(value, tuple):
-        return [leaf for item in value for leaf in _leaves(item)]
-    return [value]
 
 
 def is_per_device(value: Any) -> bool:
@@ -69,7 +64,7 @@ def touches_mesh(args: Sequence[Any], out_type: Type) -> bool:
     """Whether a call must run per device: an argument held per device, or a result that is
     (Split or Partial somewhere). On global arguments, a result typed plain or fully Broadcast
     is the same on every device, so it is computed once."""
-    if any(isinstance(leaf, MeshValue) for leaf in _leaves(tuple(args))):
+    if any(isinstance(leaf, MeshValue) for leaf in flatten(tuple(args))):
         return True
     fields = out_type.fields if isinstance(out_type, TupleType) else (out_type,)
     return not all(is_replicated_type(f) for f in fields)
@@ -98,12 +93,12 @@ class ShardedCall:
         self.where = type(op).__name__
         self.mesh = self._common_mesh(mesh)
         self.coords = devices(self.mesh, self.where)
-        self.per_device = any(is_per_device(leaf) for leaf in _leaves(self.args))
+        self.per_device = any(is_per_device(leaf) for leaf in flatten(self.args))
 
     def _common_mesh(self, enclosing: Mesh | None) -> Mesh:
         """The one mesh the call's values live on; a part of a call recalled on plain values
         only (one RoPE branch of replicated q next to a split k) runs on its caller's mesh."""
-        held = [v.mesh for v in _leaves(self.args) if isinstance(v, MeshValue)]
+        held = [v.mesh for v in flatten(self.args) if isinstance(v, MeshValue)]
         made = [f.layout.mesh for f in self.out_fields if isinstance(f.layout, ShardLayout)]
         meshes = held + made
         if not meshes and enclosing is not None:
@@ -319,7 +314,7 @@ def as_typed(value: Any, where: str) -> Any:
 
 def _view(value: Any) -> ArgView:
     if isinstance(value, tuple):
-        sharded = any(isinstance(v, MeshValue) and v.sharded for v in _leaves(value))
+        sharded = any(isinstance(v, MeshValue) and v.sharded for v in flatten(value))
         return ArgView(Kind.SHARDED_TUPLE if sharded else Kind.TUPLE)
     if not isinstance(value, MeshValue):
         return ArgView(Kind.GLOBAL)

@@ -23,6 +23,7 @@ from tilefoundry.exits.pallas.kernel import KernelBody
 from tilefoundry.exits.pallas.namespace import KernelNamespace, KernelRef
 from tilefoundry.exits.pallas.preflight import array_constants, preflight
 from tilefoundry.ir.core import Constant, source_span
+from tilefoundry.ir.core.nested import flatten, regroup
 from tilefoundry.ir.hir import Function, select_variant
 from tilefoundry.ir.hir.signature import check_arguments
 from tilefoundry.ir.types import TupleType, resolve_dim
@@ -76,7 +77,7 @@ class PallasKernel:
             }
             body = KernelBody(self.fn, self.bindings, self.mesh, kx, constants)
             result = body.run([KernelRef(r) for r in refs[:n_params]])
-            results = _flatten(result) if tupled else [result]
+            results = flatten(result) if tupled else [result]
             for ref, value in zip(refs[n_in:], results, strict=True):
                 ref[...] = kx.load(value).astype(ref.dtype)
 
@@ -120,12 +121,6 @@ class PallasKernel:
 
 def _dims(shape: Sequence[int]) -> str:
     return ", ".join(str(e) for e in shape) + ("," if len(shape) == 1 else "")
-
-
-def _flatten(value: Any) -> list:
-    if isinstance(value, tuple):
-        return [leaf for item in value for leaf in _flatten(item)]
-    return [value]
 
 
 def _concrete(shape, bindings) -> tuple[int, ...]:
@@ -200,15 +195,4 @@ def run_pallas(fn: Function, *arrays: Any, interpret: bool | None = None) -> Any
         entry = _CALLS.put(key, (kernel, jax.jit(kernel.call(interpret))), owner=fn)
     kernel, call = entry
     outputs = [np.asarray(o) for o in call(*checked, *kernel.constant_arrays())]
-    return _structure(outputs, kernel.fn.body.type)
-
-
-def _structure(flat: list, type_) -> Any:
-    if isinstance(type_, TupleType):
-        out = []
-        for field in type_.fields:
-            width = len(fields(field))
-            out.append(_structure(flat[:width], field))
-            flat = flat[width:]
-        return tuple(out)
-    return flat[0]
+    return regroup(iter(outputs), kernel.fn.body.type)

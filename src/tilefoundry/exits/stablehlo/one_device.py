@@ -31,6 +31,7 @@ from tilefoundry.exits.stablehlo.module_header import (
 )
 from tilefoundry.gc_pause import gc_paused
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var, source_span
+from tilefoundry.ir.core.nested import flatten, regroup
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, select_variant
 from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.ir.lowering.builder import Lowered, Lowering
@@ -42,26 +43,8 @@ from tilefoundry.ir.lowering.mlir_text import (
     mlir_symbol,
 )
 from tilefoundry.ir.lowering.replay import lower_cached
-from tilefoundry.ir.types import TensorType, TupleType, Type, i64
+from tilefoundry.ir.types import TensorType, TupleType, i64
 from tilefoundry.rules import STABLEHLO
-
-
-def _flatten(value: Lowered) -> list[str]:
-    if isinstance(value, tuple):
-        return [name for part in value for name in _flatten(part)]
-    return [value]
-
-
-def _regroup(names: list[str], type_: Type) -> Lowered:
-    """Inverse of `_flatten` for a value of `type_` (tuples nest as the type does)."""
-    if isinstance(type_, TupleType):
-        parts = []
-        for field in type_.fields:
-            width = len(flat_types(field))
-            parts.append(_regroup(names[:width], field))
-            names = names[width:]
-        return tuple(parts)
-    return names[0]
 
 
 class _FunctionEmitter:
@@ -138,12 +121,12 @@ class _FunctionEmitter:
 
     def lower_call(self, call: Call) -> Lowered:
         symbol = self.module.symbol_for(call.target, self.lw.bindings)
-        args = [name for a in call.args for name in _flatten(self.values[a])]
+        args = [name for a in call.args for name in flatten(self.values[a])]
         arg_types = [t for a in call.args for t in flat_types(a.type, self.lw.bindings)]
         results = flat_types(call.type, self.lw.bindings)
         signature = f"({', '.join(arg_types)}) -> ({', '.join(results)})"
         names = self.lw.op(f"func.call @{symbol}({', '.join(args)}) : {signature}", len(results))
-        return _regroup(_flatten(names), call.type)
+        return regroup(iter(flatten(names)), call.type)
 
     def lower_fusion(self, call: Call) -> Lowered:
         """A region is emitted inline: its body lowers into this function's SSA namespace with the
@@ -163,13 +146,13 @@ class _FunctionEmitter:
             self.lower(node)
         captures = sorted(
             ((c, self.values[c]) for c in loop_captures(loop, self.values)),
-            key=lambda item: _flatten(item[1]),
+            key=lambda item: flatten(item[1]),
         )
         start, stop, step_size = loop_bounds(loop, lw.bindings)
         index_type = lw.type(TensorType((), i64))
         first = lw.constant(start, i64)
         carries = [self.values[i] for i in loop.init_args]
-        init_names = [first, *(n for c in carries for n in _flatten(c)), *(n for _, n in captures)]
+        init_names = [first, *(n for c in carries for n in flatten(c)), *(n for _, n in captures)]
         types = [index_type]
         types += [t for phi in loop.carried_args for t in flat_types(phi.type, lw.bindings)]
         types += [t for c, _ in captures for t in flat_types(c.type, lw.bindings)]
@@ -178,30 +161,26 @@ class _FunctionEmitter:
 
         body_lw = lw.child(4)
         inner = _FunctionEmitter(self.module, body_lw)
-        names = block_args[1:]
+        names = iter(block_args[1:])
         inner.values[loop.induction_var] = block_args[0]
         for phi in loop.carried_args:
-            width = len(flat_types(phi.type, lw.bindings))
-            inner.values[phi] = _regroup(names[:width], phi.type)
-            names = names[width:]
+            inner.values[phi] = regroup(names, phi.type)
         for expr, _ in captures:
-            width = len(flat_types(expr.type, lw.bindings))
-            inner.values[expr] = _regroup(names[:width], expr.type)
-            names = names[width:]
+            inner.values[expr] = regroup(names, expr.type)
         inner.lower(loop.body)
-        yields = [n for y in loop.yield_values for n in _flatten(inner.lower(y))]
+        yields = [n for y in loop.yield_values for n in flatten(inner.lower(y))]
         step = body_lw.constant(step_size, i64)
         following = body_lw.op(f"stablehlo.add {block_args[0]}, {step} : {index_type}")
         returned = [following, *yields, *(block_args[len(block_args) - len(captures) :])]
         body_lw.line(f'"stablehlo.return"({", ".join(returned)}) : ({", ".join(types)}) -> ()')
 
-        results = _flatten(while_text(lw, init_names, types, block_args, cond_lines, body_lw.lines))
+        results = flatten(while_text(lw, init_names, types, block_args, cond_lines, body_lw.lines))
         carried = results[1 : len(results) - len(captures)]
         if not loop.carried_args:
             return ()
         if len(loop.carried_args) == 1:
-            return _regroup(carried, loop.carried_args[0].type)
-        return _regroup(carried, TupleType(tuple(p.type for p in loop.carried_args)))
+            return regroup(iter(carried), loop.carried_args[0].type)
+        return regroup(iter(carried), TupleType(tuple(p.type for p in loop.carried_args)))
 
 
 class _ModuleEmitter:
@@ -236,9 +215,9 @@ class _ModuleEmitter:
         for i, p in enumerate(fn.params):
             types = flat_types(p.type, bindings)
             names = [f"%arg{i}_{k}" if len(types) > 1 else f"%arg{i}" for k in range(len(types))]
-            emitter.values[p] = _regroup(names, p.type)
+            emitter.values[p] = regroup(iter(names), p.type)
             params += [f"{n}: {t}" for n, t in zip(names, types, strict=True)]
-        result = _flatten(emitter.lower(fn.body))
+        result = flatten(emitter.lower(fn.body))
         result_types = flat_types(fn.body.type, bindings)
         lw.line(f"return {', '.join(result)} : {', '.join(result_types)}")
         signature = f"({', '.join(params)}) -> ({', '.join(result_types)})"

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tilefoundry.caches import Memo
+from tilefoundry.ir.core.nested import flatten
 from tilefoundry.ir.lowering.builder import Lowered, Lowering
 
 _FRESH, _OPERAND, _END = "\x01", "\x03", "\x02"
@@ -30,12 +31,6 @@ class _Recording(Lowering):
 
     def fresh(self) -> str:
         return f"{_FRESH}{self.take_names(1)}{_END}"
-
-
-def _flatten(value: Lowered) -> list[str]:
-    if isinstance(value, tuple):
-        return [name for part in value for name in _flatten(part)]
-    return [value]
 
 
 def _placeholders(value: Lowered, names: list[str], slot: dict[str, int]) -> Lowered:
@@ -93,7 +88,7 @@ def lower_cached(
     if type(lw) is not Lowering:  # a body with other behaviour: no claim its text replays
         lw.set_call(call)
         return rule(op, operands, arg_types, out_type, lw)
-    flat = _flatten(operands)
+    flat = flatten(operands)
     slot: dict[str, int] = {}
     for name in flat:
         slot.setdefault(name, len(slot))

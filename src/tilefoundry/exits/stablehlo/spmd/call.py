@@ -28,6 +28,7 @@ from tilefoundry.errors import InternalCompilerError, UnsupportedError
 from tilefoundry.exits.stablehlo.spmd.collectives import DeviceBody, Shard
 from tilefoundry.exits.stablehlo.spmd.mesh import EXIT, local_shape
 from tilefoundry.ir.core import Op
+from tilefoundry.ir.core.nested import flatten
 from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.lowering.builder import Lowering
 from tilefoundry.ir.lowering.replay import lower_cached
@@ -39,12 +40,6 @@ from tilefoundry.sharding.block_plan import ArgView, BlockPlan, Engine, Kind
 from tilefoundry.sharding.shard_reading import canonical_splits
 
 Operand = Shard | tuple["Operand", ...]
-
-
-def leaves(value: Any) -> list[Shard]:
-    if isinstance(value, tuple):
-        return [leaf for item in value for leaf in leaves(item)]
-    return [value]
 
 
 def _names(value: Operand) -> Any:
@@ -199,7 +194,7 @@ class SpmdCall:
         arg_types = tuple(_local_types(v) for v in operands)
         operand_names = tuple(_names(v) for v in operands)
         names = lower_cached(rule, op, operand_names, arg_types, local_out, self.lw)
-        per_device = any(leaf.per_device for leaf in leaves(tuple(operands)))
+        per_device = any(leaf.per_device for leaf in flatten(tuple(operands)))
         return self._wrap(names, local_out, per_device)
 
     def wrap(self, value: Value) -> Shard:
@@ -280,7 +275,7 @@ def _local_out_type(call: SpmdCall) -> Type:
 def _call_mesh(operands, out_fields, default: Mesh) -> Mesh:
     """The mesh one call runs on: that of its sharded values (typeinfer keeps a call on one
     mesh; a Reshard between two views plans on their refinement itself)."""
-    for leaf in leaves(operands):
+    for leaf in flatten(operands):
         if isinstance(leaf.type.layout, ShardLayout):
             return leaf.type.layout.mesh
     for field in out_fields:
@@ -297,7 +292,7 @@ def _ir_types(value: Operand) -> Type:
 
 def _view(value: Operand, lw: Lowering) -> ArgView:
     if isinstance(value, tuple):
-        sharded = any(isinstance(leaf.type.layout, ShardLayout) for leaf in leaves(value))
+        sharded = any(isinstance(leaf.type.layout, ShardLayout) for leaf in flatten(value))
         return ArgView(Kind.SHARDED_TUPLE if sharded else Kind.TUPLE)
     if value.per_device:
         return ArgView(Kind.LOCAL)
@@ -322,7 +317,7 @@ class _Blocks:
     def __init__(self, call: SpmdCall, depends: Sequence[Sequence[int]] | None = None):
         self.call, self.where = call, call.where
         views = tuple(_view(v, call.lw) for v in call.operands)
-        split = any(canonical_splits(v.type, self.where, EXIT) for v in leaves(call.operands))
+        split = any(canonical_splits(v.type, self.where, EXIT) for v in flatten(call.operands))
         if split and not ACCESS_RELATION.has(type(call.op)):
             raise UnsupportedError(
                 f"{self.where}: an operand is Split and the op declares no access relation, so "
@@ -354,7 +349,7 @@ class _Blocks:
         local_out = self.plan.local_out_type()
         rule = STABLEHLO.lookup(type(op))
         arg_types = tuple(_local_types(v) for v in operands)
-        per_device = any(leaf.per_device for leaf in leaves(operands))
+        per_device = any(leaf.per_device for leaf in flatten(operands))
         operand_names = tuple(_names(v) for v in operands)
         names = lower_cached(rule, op, operand_names, arg_types, local_out, call.lw)
         tupled = isinstance(call.out_type, TupleType)

@@ -25,7 +25,7 @@ it registers an SPMD_LOWERING rule.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from math import prod
 from typing import Any
@@ -43,7 +43,7 @@ from tilefoundry.exits.stablehlo.module_header import (
     VERSION_ATTRIBUTE,
     module_name,
 )
-from tilefoundry.exits.stablehlo.spmd.call import Operand, SpmdCall, check_local, leaves
+from tilefoundry.exits.stablehlo.spmd.call import Operand, SpmdCall, check_local
 from tilefoundry.exits.stablehlo.spmd.collectives import Collective, DeviceBody, Shard
 from tilefoundry.exits.stablehlo.spmd.mesh import (
     EXIT,
@@ -53,6 +53,7 @@ from tilefoundry.exits.stablehlo.spmd.mesh import (
     sdy_sharding,
 )
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
+from tilefoundry.ir.core.nested import flatten, regroup
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
 from tilefoundry.ir.hir.grid_region import INDUCTION_TYPE
 from tilefoundry.ir.hir.op_support import mesh_axis_label
@@ -103,21 +104,17 @@ def _renamed(leaf: Shard, name: str) -> Shard:
     return Shard(name, leaf.type, leaf.local, leaf.per_device)
 
 
-def _rebuild(template: Operand, names) -> Operand:
-    """`template`'s structure with each leaf renamed from `names` (pairs of name and the leaf
-    it replaces, in leaf order)."""
-    if isinstance(template, tuple):
-        return tuple(_rebuild(t, names) for t in template)
-    name, _ = next(names)
-    return _renamed(template, name)
+def _renamed_all(names, leaves) -> Iterator[Shard]:
+    """Each leaf under its new name (the names in leaf order)."""
+    return (_renamed(leaf, name) for name, leaf in zip(names, leaves, strict=True))
 
 
 def _names(value: Operand) -> list[str]:
-    return [leaf.name for leaf in leaves(value)]
+    return [leaf.name for leaf in flatten(value)]
 
 
 def _width(exprs, values) -> int:
-    return sum(len(leaves(values[e])) for e in exprs)
+    return sum(len(flatten(values[e])) for e in exprs)
 
 
 def program_meshes(fn: Function) -> list[Mesh]:
@@ -243,25 +240,24 @@ class _Emitter:
         index = TensorType((), i64)
         first = Shard(lw.constant(start, i64), INDUCTION_TYPE, index)
         carried = [values[i] for i in loop.init_args]
-        threaded = [first, *(leaf for c in carried for leaf in leaves(c))]
-        threaded += [leaf for c in captures for leaf in leaves(values[c])]
+        threaded = [first, *(leaf for c in carried for leaf in flatten(c))]
+        threaded += [leaf for c in captures for leaf in flatten(values[c])]
         types = [lw.type(leaf.local) for leaf in threaded]
         block_args = [lw.fresh() for _ in threaded]
         cond_lines = while_condition(lw, block_args[0], stop)
 
         inner = _Emitter(self.body.nested(lw.child(4), len(range(start, stop, step))))
-        renamed = iter(zip(block_args, threaded, strict=True))
-        name, leaf = next(renamed)
-        inner_values: dict[Expr, Operand] = {loop.induction_var: _renamed(leaf, name)}
+        renamed = _renamed_all(block_args, threaded)
+        inner_values: dict[Expr, Operand] = {loop.induction_var: next(renamed)}
         for phi, init in zip(loop.carried_args, carried, strict=True):
-            inner_values[phi] = _rebuild(init, renamed)
+            inner_values[phi] = regroup(renamed, init)
         for capture in captures:
-            inner_values[capture] = _rebuild(values[capture], renamed)
+            inner_values[capture] = regroup(renamed, values[capture])
         inner.lower(loop.body, inner_values)
         yields = []
         for phi, value in zip(loop.carried_args, loop.yield_values, strict=True):
-            got = leaves(inner.lower(value, inner_values))
-            want = leaves(inner_values[phi])
+            got = flatten(inner.lower(value, inner_values))
+            want = flatten(inner_values[phi])
             for g, w in zip(got, want, strict=True):
                 check_local(g, tuple(w.local.shape), f"the carry '{phi.name}' of the loop")
             yields += [g.name for g in got]
@@ -273,11 +269,9 @@ class _Emitter:
         results = while_text(
             lw, [t.name for t in threaded], types, block_args, cond_lines, body_lw.lines
         )
-        results = iter(
-            zip(results if isinstance(results, tuple) else (results,), threaded, strict=True)
-        )
+        results = _renamed_all(results if isinstance(results, tuple) else (results,), threaded)
         next(results)
-        finals = [_rebuild(init, results) for init in carried]
+        finals = [regroup(results, init) for init in carried]
         if not finals:
             return ()
         return finals[0] if len(finals) == 1 else tuple(finals)
@@ -322,7 +316,7 @@ class _Emitter:
         shapes = [self.global_shape(f) for f in fields]
         call = SpmdCall(op, args, out_type, shapes, self.body)
         touches = any(
-            leaf.per_device or isinstance(leaf.type.layout, ShardLayout) for leaf in leaves(args)
+            leaf.per_device or isinstance(leaf.type.layout, ShardLayout) for leaf in flatten(args)
         ) or any(isinstance(f.layout, ShardLayout) for f in fields)
         where = type(op).__name__
         if not touches:
@@ -337,7 +331,7 @@ class _Emitter:
             )
         else:
             result = call.run_blocks()
-        for leaf, field, shape in zip(leaves(result), fields, shapes, strict=True):
+        for leaf, field, shape in zip(flatten(result), fields, shapes, strict=True):
             if not leaf.per_device:
                 check_local(leaf, local_shape(field, shape, where), f"the result of {where}")
         return result
@@ -386,7 +380,7 @@ def lower_spmd(fn: Function, *, bindings: Mapping[Any, int] | None = None) -> Sp
         values[p] = Shard(f"%l{i}", p.type, local)
         param_types.append(p.type)
 
-    result = leaves(emitter.lower(fn.body, values))
+    result = flatten(emitter.lower(fn.body, values))
     result_types = _fields(fn.body.type)
     outs = []
     for index, (leaf, type_) in enumerate(zip(result, result_types, strict=True)):
