@@ -45,8 +45,8 @@ from _timing import (
 from tilefoundry.exits.runtimes.xla import run_xla
 from tilefoundry.exits.stablehlo import emit_stablehlo
 from tilefoundry.ir.core import Call
+from tilefoundry.ir.core.graph import post_order
 from tilefoundry.passes import compile as compile_fn
-from tilefoundry.passes.graph import post_order
 
 LAYERS = (1, 2, 4, 8, 16, 32)
 QUICK_LAYERS = (1, 2)

@@ -27,10 +27,10 @@ from _timing import markdown_table, standard_arguments, write_results
 
 from tilefoundry.exits.stablehlo import emit_stablehlo
 from tilefoundry.ir.core import Call, Tuple
-from tilefoundry.ir.hir.walk import block_operands
+from tilefoundry.ir.core.graph import BLOCK_OPERANDS, post_order
 from tilefoundry.passes import compile as compile_fn
 from tilefoundry.passes import legalize
-from tilefoundry.passes.graph import post_order, type_bytes
+from tilefoundry.passes.graph import type_bytes
 
 FUSION_INSTRUCTION = re.compile(r"= \S+ fusion\(")
 
@@ -39,7 +39,7 @@ def intermediate_bytes(fn) -> tuple[int, int]:
     """(ops, bytes) of the results written by the top-level block's ops, outputs excluded."""
     body = fn.body
     outputs = set(body.elements) if isinstance(body, Tuple) else {body}
-    ops = [n for n in post_order((body,), block_operands) if isinstance(n, Call)]
+    ops = [n for n in post_order((body,), BLOCK_OPERANDS) if isinstance(n, Call)]
     return len(ops), sum(type_bytes(n.type) or 0 for n in ops if n not in outputs)
 
 

@@ -27,7 +27,7 @@ from _timing import (
 
 from tilefoundry.evaluator import evaluate
 from tilefoundry.ir.core import Call
-from tilefoundry.passes.graph import post_order
+from tilefoundry.ir.core.graph import post_order
 
 
 def main() -> None:

@@ -12,12 +12,12 @@ from tilefoundry.dsl import tf
 from tilefoundry.evaluator import evaluate
 from tilefoundry.inspect.shard_view import reshard_collectives
 from tilefoundry.ir.core import Call, Var
+from tilefoundry.ir.core.graph import post_order
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.hir.sharding import Reshard
 from tilefoundry.ir.types import make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, P, S, make_mesh
 from tilefoundry.passes import verify
-from tilefoundry.passes.graph import post_order
 
 MESH = make_mesh((4,), ("x",))
 

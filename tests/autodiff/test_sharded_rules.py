@@ -27,8 +27,8 @@ from tilefoundry.errors import VerifyError
 from tilefoundry.evaluator import evaluate
 from tilefoundry.evaluator.validation_inputs import draw_truth
 from tilefoundry.ir.core import Call, Tuple, Var
+from tilefoundry.ir.core.graph import iter_nodes
 from tilefoundry.ir.hir import Function
-from tilefoundry.ir.hir.walk import iter_nodes
 from tilefoundry.ir.types import make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, P, Split, make_mesh
 from tilefoundry.passes import verify

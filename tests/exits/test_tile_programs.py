@@ -18,8 +18,8 @@ from tilefoundry.evaluator import evaluate
 from tilefoundry.exits.runtimes.xla import run_xla
 from tilefoundry.exits.stablehlo import emit_stablehlo
 from tilefoundry.ir.core import Call
+from tilefoundry.ir.core.graph import iter_nodes
 from tilefoundry.ir.hir import FusionRegion, GridRegionExpr
-from tilefoundry.ir.hir.walk import iter_nodes
 from tilefoundry.passes import compile, verify
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

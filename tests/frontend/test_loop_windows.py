@@ -14,7 +14,7 @@ from tilefoundry import Tensor, func, tile
 from tilefoundry.dsl import tf
 from tilefoundry.evaluator import evaluate
 from tilefoundry.ir.core import Call
-from tilefoundry.ir.hir.walk import iter_nodes
+from tilefoundry.ir.core.graph import iter_nodes
 
 RNG = np.random.default_rng(17)
 M, K = 4, 16

@@ -14,8 +14,8 @@ from models import gqa
 from models.programs import assert_close, on_devices
 from tilefoundry.evaluator import evaluate
 from tilefoundry.ir.core import Call
+from tilefoundry.ir.core.graph import iter_nodes
 from tilefoundry.ir.hir.nn import RoPE
-from tilefoundry.ir.hir.walk import iter_nodes
 from tilefoundry.passes import compile as compile_pipeline
 
 NAME = "models.gqa:gqa_attention"

@@ -23,7 +23,7 @@ from tilefoundry import vjp
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.evaluator import evaluate
 from tilefoundry.ir.core import Call
-from tilefoundry.ir.hir.walk import iter_nodes
+from tilefoundry.ir.core.graph import iter_nodes
 from tilefoundry.passes import compile as compile_pipeline
 
 LAYER = f"{reference.EXAMPLE}:moe_layer"

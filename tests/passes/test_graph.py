@@ -1,5 +1,6 @@
-"""The graph plumbing every pass shares (passes/graph.py): the one canonical post-order, and
-the rebuilder's copies, which keep a node's type when only its operands' identities changed."""
+"""The graph plumbing every pass shares (ir/core/graph.py, passes/graph.py): the one canonical
+post-order, and the rebuilder's copies, which keep a node's type when only its operands'
+identities changed."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import random
 from passes.builders import T8, binary, unary
 from tilefoundry.analysis import TypeInferContext
 from tilefoundry.ir.core import Call, Constant, Expr, SourceSpan, Tuple, Var
-from tilefoundry.ir.hir.walk import all_operands
+from tilefoundry.ir.core.graph import post_order
 from tilefoundry.ir.types import TensorType, f32, f64
-from tilefoundry.passes.graph import copy_call, post_order
+from tilefoundry.passes.graph import copy_call
 
 
 def _recursive_post_order(roots: tuple[Expr, ...]) -> list[Expr]:
@@ -23,7 +24,7 @@ def _recursive_post_order(roots: tuple[Expr, ...]) -> list[Expr]:
         if node in seen:
             return
         seen.add(node)
-        for operand in all_operands(node):
+        for operand in node.operands():
             visit(operand)
         order.append(node)
 

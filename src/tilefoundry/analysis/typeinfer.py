@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 from tilefoundry.caches import Memo
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
+from tilefoundry.ir.core.graph import BLOCK_OPERANDS, post_order, right_to_left
 from tilefoundry.ir.types import TupleType, Type, UnitType, is_type
 from tilefoundry.rules.registry import CALLEE_TYPEINFER, TYPEINFER, register_typeinfer
 
@@ -29,12 +30,7 @@ def describe(node: Any) -> str:
     return f"{type(node).__name__} {name}" if isinstance(name, str) else type(node).__name__
 
 
-def _operands(node: Expr) -> tuple[Expr, ...]:
-    if type(node) is Call or isinstance(node, Call):
-        return node.args
-    if isinstance(node, Tuple):
-        return node.elements
-    return ()
+_RIGHT_TO_LEFT = right_to_left(BLOCK_OPERANDS)
 
 
 def _located(err: VerifyError, node: Expr | None) -> VerifyError:
@@ -65,7 +61,7 @@ class TypeInferContext:
         cached = cache.get(expr)
         if cached is not None:
             return cached
-        if not all(map(cache.__contains__, _operands(expr))):  # the usual case: all typed
+        if not all(map(cache.__contains__, expr.block_operands())):  # usually all are typed
             try:
                 self._infer_operands_first(expr)
             except VerifyError as err:
@@ -78,18 +74,14 @@ class TypeInferContext:
         self._cache[expr] = type_
 
     def _infer_operands_first(self, root: Expr) -> None:
-        """Type the Call/Tuple operands below `root` bottom-up with an explicit stack, so a deep
-        Call chain does not hit Python's recursion limit through nested rule calls."""
-        stack: list[tuple[Expr, bool]] = [(child, False) for child in _operands(root)]
-        while stack:
-            node, expanded = stack.pop()
-            if node in self._cache:
-                continue
-            if expanded:
+        """Type the operands below `root` bottom-up (last operand first) from an explicit walk,
+        so a deep Call chain does not hit Python's recursion limit through nested rule calls.
+        A loop's body is typed by the loop's own rule, so the walk stays in `root`'s block."""
+        cache = self._cache
+        walk = post_order(reversed(root.block_operands()), _RIGHT_TO_LEFT, done=cache)
+        for node in walk:
+            if node not in cache:  # a loop's rule may have typed a value its body shares
                 self._infer_node(node)
-                continue
-            stack.append((node, True))
-            stack.extend((child, False) for child in _operands(node) if child not in self._cache)
 
     def _infer_node(self, expr: Expr) -> Type:
         rule = TYPEINFER.lookup(type(expr))

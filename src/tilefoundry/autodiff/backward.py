@@ -19,10 +19,9 @@ from tilefoundry.autodiff.cotangents import Accumulator, Cotangent
 from tilefoundry.autodiff.reshard_policy import settled
 from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
+from tilefoundry.ir.core.graph import post_order
 from tilefoundry.ir.hir import GridRegionExpr
-from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.ir.types import TensorType, TupleType
-from tilefoundry.passes.graph import post_order
 from tilefoundry.rules import VJP, VJP_TAKES_PENDING, ZERO_COTANGENT
 from tilefoundry.sharding.shard_reading import pending_partials
 
@@ -44,7 +43,7 @@ def varied_nodes(order: Sequence[Expr], wrt: frozenset[Var]) -> set[Expr]:
             continue
         if node in wrt:
             varied.add(node)
-        elif any(o in varied for o in all_operands(node)):
+        elif any(o in varied for o in node.operands()):
             if isinstance(node, Call) and ZERO_COTANGENT.has(type(node.target)):
                 continue
             varied.add(node)

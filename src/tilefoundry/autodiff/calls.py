@@ -13,9 +13,9 @@ from __future__ import annotations
 from tilefoundry.analysis import TypeInferContext
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.ir.core import Call, Constant, Expr, Tuple, Var, source_span
+from tilefoundry.ir.core.graph import post_order
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
-from tilefoundry.ir.hir.walk import block_operands
-from tilefoundry.passes.graph import copy_call, post_order, typed_node
+from tilefoundry.passes.graph import copy_call, typed_node
 
 
 def inline_differentiated_calls(root: Expr, wrt: frozenset[Var]) -> Expr:
@@ -34,7 +34,7 @@ def _inline_once(root: Expr, wrt: frozenset[Var]) -> Expr:
     for node in post_order((root,)):
         new = _copy(node, memo, varied, ctx)
         memo[node] = new
-        if node in varied or any(memo.get(o) in varied for o in block_operands(node)):
+        if node in varied or any(memo.get(o) in varied for o in node.block_operands()):
             varied.add(new)
     return memo[root]
 

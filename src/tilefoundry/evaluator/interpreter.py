@@ -39,7 +39,7 @@ from tilefoundry.ir.core import Call, Constant, Expr, Op, SourceSpan, Tuple, Var
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
 from tilefoundry.ir.hir.footprint import check_memory, memory_setting
 from tilefoundry.ir.hir.signature import Bindings, check_arguments
-from tilefoundry.ir.hir.walk import block_operands, run_suspended_walks
+from tilefoundry.ir.hir.walk import run_suspended_walks
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
 from tilefoundry.ir.types.shard import ShardLayout
 
@@ -171,7 +171,7 @@ class Interpreter:
             node, expanded = stack.pop()
             if node in self._free:
                 continue
-            children = block_operands(node)
+            children = node.block_operands()
             if isinstance(node, GridRegionExpr):
                 children = (*children, node.body, *node.yield_values)
             if not expanded:
@@ -226,10 +226,10 @@ class Interpreter:
                     continue
                 if not expanded:
                     stack.append((node, True))
-                    stack.extend((c, False) for c in block_operands(node))
+                    stack.extend((c, False) for c in node.block_operands())
                     continue
                 if isinstance(node, Call) and isinstance(node.target, Function):
-                    args = tuple(self._ready(c, frame) for c in block_operands(node))
+                    args = tuple(self._ready(c, frame) for c in node.block_operands())
                     callee = elaborate(node.target, tuple(a.type for a in node.args))
                     body_fn, callee_frame = self._enter(callee, args)
                     act.waiting = (node, owner)
@@ -278,7 +278,7 @@ class Interpreter:
             return frame.lookup(node)
         if isinstance(node, Constant):
             return self._constant(node)
-        args = tuple(self._ready(c, frame) for c in block_operands(node))
+        args = tuple(self._ready(c, frame) for c in node.block_operands())
         if isinstance(node, Tuple):
             return args
         if isinstance(node, GridRegionExpr):
@@ -374,7 +374,7 @@ def _last_uses(root: Expr) -> dict[Expr, int] | None:
         if isinstance(node, GridRegionExpr):
             return None
         seen.add(node)
-        for operand in block_operands(node):
+        for operand in node.block_operands():
             counts[operand] = counts.get(operand, 0) + 1
             stack.append(operand)
     return counts
@@ -382,7 +382,7 @@ def _last_uses(root: Expr) -> dict[Expr, int] | None:
 
 def _release(node: Expr, root: Expr, remaining: dict[Expr, int], memo: dict[Expr, Any]) -> None:
     """`node` was just computed: its operands have one read fewer to go; drop the ones done."""
-    for operand in block_operands(node):
+    for operand in node.block_operands():
         left = remaining[operand] - 1
         remaining[operand] = left
         if left == 0 and operand is not root:

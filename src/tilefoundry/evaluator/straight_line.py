@@ -13,7 +13,10 @@ from __future__ import annotations
 import enum
 
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var
-from tilefoundry.ir.hir.walk import block_operands
+from tilefoundry.ir.core.graph import BLOCK_OPERANDS, post_order, right_to_left
+
+WALK_ORDER = right_to_left(BLOCK_OPERANDS)
+"""The order the interpreter's walk computes a block in (last operand first)."""
 
 
 class StepKind(enum.Enum):
@@ -40,17 +43,7 @@ def straight_line(root: Expr) -> list[Step] | None:
     are only Vars, Constants, Tuples and Op calls (no loop, region or Function call, whose
     activations the walk handles); None otherwise."""
     order: list[Step] = []
-    seen: set[Expr] = set()
-    stack = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if node in seen:
-            continue
-        if not expanded:
-            stack.append((node, True))
-            stack.extend((c, False) for c in block_operands(node))
-            continue
-        seen.add(node)
+    for node in post_order((root,), WALK_ORDER):
         if isinstance(node, Call) and isinstance(node.target, Op):
             kind = StepKind.CALL
         elif isinstance(node, Var):
@@ -61,7 +54,7 @@ def straight_line(root: Expr) -> list[Step] | None:
             kind = StepKind.TUPLE
         else:
             return None
-        order.append(Step(node, kind, block_operands(node)))
+        order.append(Step(node, kind, node.block_operands()))
     remaining: dict[Expr, int] = {}
     for step in order:
         for operand in step.operands:

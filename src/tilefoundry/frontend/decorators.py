@@ -33,8 +33,8 @@ from tilefoundry.frontend.parse import (
 from tilefoundry.frontend.scopes import Environment, MeshScope
 from tilefoundry.gc_pause import gc_paused
 from tilefoundry.ir.core import DimVarRangePat, Expr, Module, SourceSpan, get_metadata
+from tilefoundry.ir.core.graph import iter_nodes
 from tilefoundry.ir.hir import Function
-from tilefoundry.ir.hir.walk import iter_nodes
 from tilefoundry.ir.types.shard import Topology
 
 

@@ -33,6 +33,7 @@ from tilefoundry.frontend.scopes import Environment, is_missing
 from tilefoundry.frontend.tile_window import TileWindow, tile
 from tilefoundry.frontend.transforms import at_call_site, is_function_transform
 from tilefoundry.ir.core import BindingName, Call, Expr, Metadata, Module, source_span
+from tilefoundry.ir.core.graph import post_order
 from tilefoundry.ir.hir import Function, elaborate
 from tilefoundry.ir.types import TensorType, f32
 from tilefoundry.ir.types.shard import Mesh, MeshAxis, Partial
@@ -64,19 +65,12 @@ def _operator_chain(root: ast.BinOp | ast.UnaryOp) -> list[ast.AST]:
     without recursion: `x + x + ... + x` and `- - - x` nest as deep as they are long, so a long
     one is evaluated bottom-up from this list instead of by recursion that would reach Python's
     recursion limit."""
-    order: list[ast.AST] = []
-    stack: list[tuple[ast.AST, bool]] = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
-            continue
-        stack.append((node, True))
-        children = (node.left, node.right) if isinstance(node, ast.BinOp) else (node.operand,)
-        stack.extend(
-            (c, False) for c in reversed(children) if isinstance(c, ast.BinOp | ast.UnaryOp)
-        )
-    return order
+    return post_order((root,), _operator_operands)
+
+
+def _operator_operands(node: ast.BinOp | ast.UnaryOp) -> tuple[ast.AST, ...]:
+    children = (node.left, node.right) if isinstance(node, ast.BinOp) else (node.operand,)
+    return tuple(c for c in children if isinstance(c, ast.BinOp | ast.UnaryOp))
 
 
 class ExpressionBuilder:

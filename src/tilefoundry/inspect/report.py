@@ -25,9 +25,8 @@ from tilefoundry.inspect.shard_view import (
     value_rows,
 )
 from tilefoundry.ir.core import Call, Constant, Expr, Var, binding_name, source_span
+from tilefoundry.ir.core.graph import BLOCK_OPERANDS, post_order
 from tilefoundry.ir.hir import Function, FusionRegion
-from tilefoundry.ir.hir.walk import block_operands
-from tilefoundry.passes.graph import post_order
 
 STATE_ABBREVIATIONS = {"replicated": "B", "partial": "P", "split": "S", "dynamic": "D"}
 
@@ -102,7 +101,7 @@ class _GraphBuilder:
         title = binding or name
         subtitle = name if binding else (f"line {span.line}" if span is not None else "")
         index = self.add(call, GraphNode(kind, title, subtitle, region, collectives))
-        for operand in block_operands(call):
+        for operand in call.block_operands():
             self.connect(operand, index, alias)
 
     def function(self, fn: Function) -> Graph:
@@ -110,7 +109,7 @@ class _GraphBuilder:
             self.add(param, GraphNode("param", param.name, short_type(param.type)))
         if fn.body is None:
             return self.graph
-        for node in post_order((fn.body,), block_operands):
+        for node in post_order((fn.body,), BLOCK_OPERANDS):
             if isinstance(node, Var | Constant):
                 continue
             if isinstance(node, Call) and isinstance(node.target, FusionRegion):

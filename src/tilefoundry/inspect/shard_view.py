@@ -15,14 +15,13 @@ from typing import Any
 
 from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Var, binding_name, source_span
+from tilefoundry.ir.core.graph import BLOCK_OPERANDS, iter_nodes, post_order
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
 from tilefoundry.ir.hir.op_support import mesh_axis_label
-from tilefoundry.ir.hir.walk import block_operands, iter_nodes
 from tilefoundry.ir.text.printer import op_mnemonic
 from tilefoundry.ir.types import TensorType, TupleType, format_dim, is_static
 from tilefoundry.ir.types.shard import Broadcast, Partial, ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten
-from tilefoundry.passes.graph import post_order
 from tilefoundry.rules import surface_entry
 from tilefoundry.sharding.block_plan import ArgView, BlockPlan, Engine, Kind
 from tilefoundry.sharding.reshard_plan import (
@@ -215,7 +214,7 @@ def block_values(fn: Function) -> Iterator[Expr]:
     yield from fn.params
     if fn.body is None:
         return
-    for node in post_order((fn.body,), block_operands):
+    for node in post_order((fn.body,), BLOCK_OPERANDS):
         if not isinstance(node, Var | Constant):
             yield node
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from tilefoundry.analysis import TypeInferContext
 from tilefoundry.ir.core import BindingName, Call, Constant, Expr, Var
+from tilefoundry.ir.core.graph import post_order, users
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
-from tilefoundry.ir.hir.walk import all_operands, block_operands
 from tilefoundry.ir.text.printer import op_mnemonic
 from tilefoundry.passes.fusion_rules import (
     ROOT_KINDS,
@@ -34,7 +34,7 @@ from tilefoundry.passes.fusion_rules import (
     region_kind,
     should_fuse,
 )
-from tilefoundry.passes.graph import Rebuilder, copy_call, post_order, type_bytes, users
+from tilefoundry.passes.graph import Rebuilder, copy_call, type_bytes
 from tilefoundry.rules import FusionKind
 
 
@@ -91,7 +91,7 @@ def _blocks(body: Expr, nodes: list[Expr]) -> list[tuple[list[Expr], Expr]]:
 
     def operands(node: Expr) -> tuple[Expr, ...]:
         if not isinstance(node, GridRegionExpr):
-            return block_operands(node)
+            return node.block_operands()
         local = {node.induction_var, *node.carried_args}
         return (*node.init_args, *_invariant_frontier(node, local, reads))
 
@@ -123,7 +123,7 @@ def _invariant_frontier(loop: GridRegionExpr, local, reads) -> list[Expr]:
             stack.extend(node.init_args)
             stack.extend(_invariant_frontier(node, {node.induction_var, *node.carried_args}, reads))
             continue
-        stack.extend(block_operands(node))
+        stack.extend(node.block_operands())
     return found
 
 
@@ -150,7 +150,7 @@ def _reads(nodes: list[Expr], loop_vars: frozenset[Var]) -> dict[Expr, frozenset
         if isinstance(item, Var):
             memo[item] = frozenset((item,)) if item in loop_vars else _NONE
             continue
-        inner = _NONE.union(*(memo[c] for c in all_operands(item)))
+        inner = _NONE.union(*(memo[c] for c in item.operands()))
         if inner and isinstance(item, GridRegionExpr):
             inner -= {item.induction_var, *item.carried_args}
         memo[item] = inner

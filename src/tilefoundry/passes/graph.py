@@ -1,10 +1,10 @@
-"""The graph plumbing every pass shares: operand order, block order, users, and a rebuilder.
+"""The graph plumbing every pass shares: a rebuilder over the canonical walk.
 
 HIR is SSA-as-DAG with identity sharing, so a pass is "walk in a deterministic post-order and
 rebuild what changed". Doing that once here keeps each pass to its own rule and guarantees that
-every pass visits nodes in the same canonical order (DFS post-order from the returned value,
-operands left to right — the order the printer numbers values in), which is what makes their
-output stable across runs and hash seeds.
+every pass visits nodes in the same canonical order (`ir.core.graph.post_order`: DFS post-order
+from the returned value, operands left to right — the order the printer numbers values in),
+which is what makes their output stable across runs and hash seeds.
 """
 
 from __future__ import annotations
@@ -15,59 +15,13 @@ from typing import Any
 
 from tilefoundry.analysis import TypeInferContext
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Tuple, Var
+from tilefoundry.ir.core.graph import post_order
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
-from tilefoundry.ir.hir.walk import all_operands, callees_first
+from tilefoundry.ir.hir.walk import callees_first
 from tilefoundry.ir.types import StorageKind, TensorType, TupleType, Type
 
 OnCall = Callable[[Call, tuple[Expr, ...], TypeInferContext], Expr]
 """`on_call(old_call, new_args, ctx) -> new node` (typed); the rebuilder's one hook."""
-
-
-def post_order(roots: tuple[Expr, ...], operands=all_operands) -> list[Expr]:
-    """Every node under `roots` once, operands before users, left to right; no recursion.
-
-    This is the order of the recursive walk "visit each unvisited operand, then emit the node",
-    run with a stack of operand iterators (a node is marked when first reached; HIR is acyclic,
-    so a marked node is either emitted or on the stack below its reacher, never re-entered)."""
-    order: list[Expr] = []
-    seen: set[Expr] = set()
-    fast = operands is all_operands
-    for root in roots:
-        if root in seen:
-            continue
-        seen.add(root)
-        stack = [(root, iter(_children(root) if fast else operands(root)))]
-        while stack:
-            node, pending = stack[-1]
-            for child in pending:
-                if child not in seen:
-                    seen.add(child)
-                    children = _children(child) if fast else operands(child)
-                    stack.append((child, iter(children)))
-                    break
-            else:
-                stack.pop()
-                order.append(node)
-    return order
-
-
-def _children(node: Expr) -> tuple[Expr, ...]:
-    """`all_operands`, with the two common node classes answered inline (walks are hot)."""
-    kind = type(node)
-    if kind is Call:
-        return node.args
-    if kind is Var or kind is Constant:
-        return ()
-    return all_operands(node)
-
-
-def users(nodes: list[Expr]) -> dict[Expr, list[Expr]]:
-    """Each node's users among `nodes` (with multiplicity, in order)."""
-    found: dict[Expr, list[Expr]] = {}
-    for node in nodes:
-        for operand in all_operands(node):
-            found.setdefault(operand, []).append(node)
-    return found
 
 
 def region_bodies(root: Expr) -> Iterator[tuple[Call, FusionRegion]]:
@@ -193,7 +147,7 @@ def typed_node(node: Expr, ctx: TypeInferContext) -> Expr:
     """Type a new node. Its operands are typed already (verified input, or new and typed here):
     their stamped types are their rules', so typing stops at them instead of re-typing the
     unchanged graph below."""
-    for operand in all_operands(node):
+    for operand in node.operands():
         if operand.type is not None:
             ctx.assume(operand, operand.type)
     ctx.infer(node)

@@ -27,7 +27,7 @@ from tilefoundry.analysis import describe
 from tilefoundry.errors import InternalCompilerError, VerifyError
 from tilefoundry.gc_pause import gc_paused
 from tilefoundry.ir.core import Expr, Module, source_span
-from tilefoundry.ir.hir.walk import iter_nodes
+from tilefoundry.ir.core.graph import iter_nodes
 from tilefoundry.ir.text import format_ir
 from tilefoundry.ir.types import TensorType, TupleType, tensor_fields
 from tilefoundry.passes.fuse import FusionReport, fuse_with_report

@@ -13,6 +13,7 @@ from typing import NoReturn
 
 from tilefoundry.analysis import describe
 from tilefoundry.ir.core import Call, Constant, Expr, Var
+from tilefoundry.ir.core.graph import post_order, users
 from tilefoundry.ir.hir import FusionRegion
 from tilefoundry.passes.fusion_rules import (
     EPILOGUE_KINDS,
@@ -21,7 +22,6 @@ from tilefoundry.passes.fusion_rules import (
     is_inlined_literal,
     view_like,
 )
-from tilefoundry.passes.graph import post_order, users
 from tilefoundry.rules import FusionKind
 
 Fail = Callable[[Expr, str], NoReturn]

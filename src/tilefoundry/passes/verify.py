@@ -16,13 +16,13 @@ from typing import Any, NoReturn
 from tilefoundry.analysis import TypeInferContext, describe
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var, source_span
+from tilefoundry.ir.core.graph import post_order
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
 from tilefoundry.ir.hir.signature import type_mismatch
-from tilefoundry.ir.hir.walk import all_operands, callees_first
+from tilefoundry.ir.hir.walk import callees_first
 from tilefoundry.ir.types import TensorType, TupleType, Type, UnitType, tensor_fields
 from tilefoundry.ir.types.shard import Layout
 from tilefoundry.passes.fusion_rules import fusion_kind
-from tilefoundry.passes.graph import post_order
 from tilefoundry.passes.legalize import adopted_literals
 from tilefoundry.passes.region_check import check_region
 from tilefoundry.rules import FusionKind
@@ -172,7 +172,7 @@ class _Verifier:
             for var in (node.induction_var, *node.carried_args)
         }
         for var in _FreeVars(fn.params).of(fn.body, self.walks[None]):
-            user = next(n for n in nodes if var in all_operands(n))
+            user = next(n for n in nodes if var in n.operands())
             if var in loop_vars:
                 fail(
                     user,
@@ -385,7 +385,7 @@ class _FreeVars:
             if isinstance(node, Var):
                 memo[node] = _NONE if node in self.bound else frozenset((node,))
                 continue
-            inner = [found for c in all_operands(node) if (found := memo[c])]
+            inner = [found for c in node.operands() if (found := memo[c])]
             found = _NONE.union(*inner) if inner else _NONE
             if found and isinstance(node, GridRegionExpr):
                 found -= {node.induction_var, *node.carried_args}

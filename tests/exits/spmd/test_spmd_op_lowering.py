@@ -24,7 +24,6 @@ from tilefoundry.exits.stablehlo.spmd import collective_report, emit_spmd
 from tilefoundry.frontend import Tensor, func
 from tilefoundry.ir.core import Call
 from tilefoundry.ir.hir.tensor import Reshape
-from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.sharding.shard_reading import canonical_splits
 
 pytest.importorskip("jax", reason="the SPMD exit tests need jax[lib]")
@@ -70,7 +69,7 @@ def _reshapes(fn) -> list[Call]:
         seen.add(id(node))
         if isinstance(node, Call) and isinstance(node.target, Reshape):
             found.append(node)
-        stack.extend(all_operands(node))
+        stack.extend(node.operands())
     return found
 
 

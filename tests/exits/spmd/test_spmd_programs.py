@@ -20,7 +20,6 @@ from tilefoundry.ir.core import Call
 from tilefoundry.ir.hir import FusionRegion
 from tilefoundry.ir.hir.sharding import Reshard
 from tilefoundry.ir.hir.tensor import Reduce
-from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.sharding.shard_reading import canonical_splits, pending_partials
 
 pytest.importorskip("jax", reason="the SPMD exit tests need jax[lib]")
@@ -65,7 +64,7 @@ def calls(fn):
             stack.extend(node.target.outputs)
         elif isinstance(node, Call):
             found.append(node)
-        stack.extend(all_operands(node))
+        stack.extend(node.operands())
     return found
 
 

@@ -19,9 +19,9 @@ from math import prod
 
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.ir.core import Expr, source_span
+from tilefoundry.ir.core.graph import iter_nodes
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.hir.op_support import mesh_axis_label
-from tilefoundry.ir.hir.walk import iter_nodes
 from tilefoundry.ir.types import TensorType, TupleType, Type
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
 from tilefoundry.sharding.shard_reading import canonical_splits, pending_partials

@@ -27,10 +27,11 @@ from tilefoundry.errors import InternalCompilerError, UnsupportedError, VerifyEr
 from tilefoundry.exits.pallas.grid import EXIT, fields
 from tilefoundry.exits.pallas.namespace import KernelNamespace, KernelRef
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
+from tilefoundry.ir.core.graph import iter_nodes
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
 from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.hir.signature import bind_dim_vars
-from tilefoundry.ir.hir.walk import all_operands, block_operands, iter_nodes, run_suspended_walks
+from tilefoundry.ir.hir.walk import run_suspended_walks
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim
 from tilefoundry.ir.types.shard import Mesh, ShardLayout
 from tilefoundry.rules import PALLAS, PALLAS_REF_READERS, PALLAS_SHARDED, SHARDED_EVAL
@@ -146,10 +147,10 @@ class KernelBody:
                 continue
             if not expanded:
                 stack.append((node, True))
-                stack.extend((c, False) for c in block_operands(node))
+                stack.extend((c, False) for c in node.block_operands())
                 continue
             if isinstance(node, Call) and isinstance(node.target, Function):
-                args = tuple(frame.find(c)[1] for c in block_operands(node))
+                args = tuple(frame.find(c)[1] for c in node.block_operands())
                 callee, bindings = self._callee(node)
                 at.waiting = node
                 inner = _Frame(None, dict(zip(callee.params, args, strict=True)))
@@ -162,7 +163,7 @@ class KernelBody:
             raise InternalCompilerError(f"{EXIT}: Var '{node.name}' is not bound in the kernel")
         if isinstance(node, Constant):
             return self._constant(node)
-        args = tuple(frame.find(c)[1] for c in block_operands(node))
+        args = tuple(frame.find(c)[1] for c in node.block_operands())
         if isinstance(node, Tuple):
             return args
         if isinstance(node, GridRegionExpr):
@@ -232,7 +233,7 @@ class KernelBody:
             node, expanded = stack.pop()
             if node in self._free:
                 continue
-            children = all_operands(node)
+            children = node.operands()
             if not expanded:
                 stack.append((node, True))
                 stack.extend((c, False) for c in children if c not in self._free)

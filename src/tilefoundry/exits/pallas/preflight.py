@@ -10,37 +10,27 @@ across CTAs, a gathering Reshard) is refused when the call is traced, at the sam
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 
 from tilefoundry.errors import VerifyError
 from tilefoundry.exits.pallas.grid import fields
 from tilefoundry.exits.pallas.kernel import check_rules, refuse_partials
 from tilefoundry.ir.core import Call, Constant, Expr, Op, source_span
+from tilefoundry.ir.core.graph import post_order
 from tilefoundry.ir.hir import Function, FusionRegion
-from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.ir.types.shard import ShardLayout
 
 
-def body_nodes(root: Expr) -> Iterator[Expr]:
+def body_nodes(root: Expr) -> list[Expr]:
     """Every node under `root`, producers before consumers (so the first refusal is where the
     trouble starts), loop bodies and fusion region bodies included."""
-    done: set[Expr] = set()
-    stack: list[tuple[Expr, bool]] = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if node in done:
-            continue
-        if expanded:
-            done.add(node)
-            yield node
-            continue
-        stack.append((node, True))
-        children = list(all_operands(node))
-        if isinstance(node, Call) and isinstance(node.target, FusionRegion):
-            children += list(node.target.outputs)
-        stack.extend((c, False) for c in reversed(children) if c not in done)
+    return post_order((root,), _with_region_bodies)
+
+
+def _with_region_bodies(node: Expr) -> tuple[Expr, ...]:
+    if isinstance(node, Call) and isinstance(node.target, FusionRegion):
+        return (*node.args, *node.target.outputs)
+    return node.operands()
 
 
 def array_constants(fn: Function) -> tuple[Constant, ...]:

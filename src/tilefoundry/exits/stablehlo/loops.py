@@ -12,7 +12,6 @@ from typing import Any
 
 from tilefoundry.ir.core import Expr, Var
 from tilefoundry.ir.hir import GridRegionExpr
-from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.ir.lowering.builder import Lowered, Lowering
 from tilefoundry.ir.types import TensorType, i64, resolve_dim
 
@@ -22,10 +21,10 @@ def _reads(expr: Expr, memo: dict[Expr, frozenset[Var]]) -> frozenset[Var]:
         if isinstance(expr, Var):
             memo[expr] = frozenset((expr,))
         elif isinstance(expr, GridRegionExpr):
-            inner = frozenset().union(*(_reads(c, memo) for c in all_operands(expr)))
+            inner = frozenset().union(*(_reads(c, memo) for c in expr.operands()))
             memo[expr] = inner - {expr.induction_var, *expr.carried_args}
         else:
-            memo[expr] = frozenset().union(*(_reads(c, memo) for c in all_operands(expr)))
+            memo[expr] = frozenset().union(*(_reads(c, memo) for c in expr.operands()))
     return memo[expr]
 
 
@@ -44,7 +43,7 @@ def loop_invariants(
         seen.add(node)
         if isinstance(node, Var) or _reads(node, memo) & local:
             if not isinstance(node, Var | GridRegionExpr):
-                stack.extend(all_operands(node))
+                stack.extend(node.operands())
             continue
         order.append(node)
     return order
@@ -68,7 +67,7 @@ def loop_captures(loop: GridRegionExpr, done: Mapping[Expr, Any]) -> list[Expr]:
             stack.extend(node.init_args)
             stack.extend(v for v in (node.body, *node.yield_values))
             continue
-        stack.extend(all_operands(node))
+        stack.extend(node.operands())
     return list(found)
 
 

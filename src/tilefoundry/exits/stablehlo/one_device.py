@@ -33,7 +33,6 @@ from tilefoundry.gc_pause import gc_paused
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var, source_span
 from tilefoundry.ir.core.nested import flatten, regroup
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, select_variant
-from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.ir.lowering.builder import Lowered, Lowering
 from tilefoundry.ir.lowering.mlir_text import (
     check_logical_layout,
@@ -75,9 +74,7 @@ class _FunctionEmitter:
                 continue
             if not expanded:
                 stack.append((node, True))
-                stack.extend(
-                    (c, False) for c in reversed(all_operands(node)) if c not in self.values
-                )
+                stack.extend((c, False) for c in reversed(node.operands()) if c not in self.values)
                 continue
             try:
                 self.values[node] = self.lower_node(node)

@@ -23,10 +23,23 @@ node = dataclass(frozen=True, eq=False)
 
 
 class Expr:
-    """Base of every IR value; `type` is its IR type, `metadata` its non-semantic facts."""
+    """Base of every IR value; `type` is its IR type, `metadata` its non-semantic facts.
+
+    Each node class answers its own edges, so the graph walks (`ir.core.graph`) know no node
+    class: `operands()` is every value the node needs (a loop's body included: the DAG a walk
+    descends), `block_operands()` the values it reads in the block it sits in (a loop's init
+    values only: its body is a block of its own). A callee (a Call's Function or FusionRegion
+    target) is neither: its body is its own scope.
+    """
 
     type: Any
     metadata: tuple[Metadata, ...]
+
+    def operands(self) -> tuple[Expr, ...]:
+        return ()
+
+    def block_operands(self) -> tuple[Expr, ...]:
+        return self.operands()
 
     def _init_metadata(self) -> None:
         object.__setattr__(self, "metadata", normalize_metadata(self.metadata))
@@ -114,6 +127,11 @@ class Tuple(Expr):
             _check_expr("Tuple", f"element {i}", element)
         self._init_metadata()
 
+    def operands(self) -> tuple[Expr, ...]:
+        return self.elements
+
+    block_operands = operands
+
 
 @node
 class Call(Expr):
@@ -147,3 +165,8 @@ class Call(Expr):
         for i, arg in enumerate(self.args):
             _check_expr(owner, f"argument {i}", arg)
         self._init_metadata()
+
+    def operands(self) -> tuple[Expr, ...]:
+        return self.args
+
+    block_operands = operands

@@ -17,12 +17,17 @@ from contextvars import ContextVar, Token
 from tilefoundry.analysis import TypeInferContext
 from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.ir.core import Call, Constant, Expr, Tuple, Var, source_span
+from tilefoundry.ir.core.graph import BLOCK_OPERANDS, post_order, right_to_left
 from tilefoundry.ir.hir.function import Function
 from tilefoundry.ir.hir.grid_region import GridRegionExpr
 from tilefoundry.ir.hir.signature import bind_arguments, type_mismatch
-from tilefoundry.ir.hir.walk import block_operands, check_loop_bounds_bound
+from tilefoundry.ir.hir.walk import check_loop_bounds_bound
 from tilefoundry.ir.types import Type
 from tilefoundry.rules import register_callee_typeinfer, register_typeinfer
+
+_RIGHT_TO_LEFT = right_to_left(BLOCK_OPERANDS)
+"""A body is rebuilt last operand first, the order typeinfer types operands in, so a rebuild
+meets a body's errors in the order typing it does."""
 
 _SESSION: ContextVar[dict | None] = ContextVar("tilefoundry_elaboration_session", default=None)
 
@@ -157,19 +162,13 @@ class _Rebuilder:
         """The session's (callee, bound types) -> instance memo, where callees are looked up."""
 
     def rebuild(self, root: Expr) -> Expr:
-        stack: list[tuple[Expr, bool]] = [(root, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if node in self.memo:
-                continue
-            if not expanded:
-                stack.append((node, True))
-                stack.extend((c, False) for c in block_operands(node) if c not in self.memo)
-                continue
-            new = self._copy(node)
-            self.ctx.infer(new)
-            self.memo[node] = new
-        return self.memo[root]
+        memo = self.memo
+        for node in post_order((root,), _RIGHT_TO_LEFT, done=memo):
+            if node not in memo:  # a loop's rebuild may have copied a value its body shares
+                new = self._copy(node)
+                self.ctx.infer(new)
+                memo[node] = new
+        return memo[root]
 
     def _copy(self, node: Expr) -> Expr:
         if isinstance(node, Call):

@@ -21,7 +21,7 @@ from typing import Any
 
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.core import Expr
-from tilefoundry.ir.hir.walk import iter_nodes
+from tilefoundry.ir.core.graph import iter_nodes
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim, tensor_fields
 from tilefoundry.ir.types.shard import ShardLayout, Split
 

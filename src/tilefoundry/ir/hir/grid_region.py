@@ -76,6 +76,14 @@ class GridRegionExpr(Expr):
                 raise VerifyError(f"{where}: static {name} must be {need}, got {dim}")
         object.__setattr__(self, "metadata", normalize_metadata(self.metadata))
 
+    def operands(self) -> tuple[Expr, ...]:
+        """The init values, then the body and the yield values (the nested block's roots)."""
+        return (*self.init_args, self.body, *self.yield_values)
+
+    def block_operands(self) -> tuple[Expr, ...]:
+        """Only the init values: the body is a block of its own, run once per iteration."""
+        return self.init_args
+
 
 def make_grid_region(
     init_args: Sequence[Expr],

@@ -1,36 +1,20 @@
-"""Walking HIR bodies: operand order, and whole-body checks no single node's rule can make."""
+"""Walking HIR programs: the call graph, suspended walks, and whole-body checks no single node's
+rule can make (the graph walks themselves are `ir.core.graph`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tilefoundry.errors import VerifyError
-from tilefoundry.ir.core import Call, Expr, Tuple, source_span
+from tilefoundry.ir.core import Call, source_span
+from tilefoundry.ir.core.graph import iter_nodes, post_order
 from tilefoundry.ir.hir.dispatch import input_dim_vars
 from tilefoundry.ir.hir.grid_region import GridRegionExpr
 from tilefoundry.ir.types import dim_vars
 
 if TYPE_CHECKING:
     from tilefoundry.ir.hir.function import Function
-
-
-def block_operands(node: Expr) -> tuple[Expr, ...]:
-    """The operands a node reads in its own block (a loop's body is a block of its own)."""
-    if isinstance(node, Call):
-        return node.args
-    if isinstance(node, Tuple):
-        return node.elements
-    if isinstance(node, GridRegionExpr):
-        return node.init_args
-    return ()
-
-
-def all_operands(node: Expr) -> tuple[Expr, ...]:
-    """Every node `node` needs, loop bodies included (a callee's body is the callee's business)."""
-    if isinstance(node, GridRegionExpr):
-        return (*node.init_args, node.body, *node.yield_values)
-    return block_operands(node)
 
 
 _Walk = TypeVar("_Walk")
@@ -60,19 +44,6 @@ def run_suspended_walks(
         resume(pending[-1], result)
 
 
-def iter_nodes(root: Expr) -> Iterator[Expr]:
-    """Every node reachable from `root` (loop bodies included), each once, without recursion."""
-    seen: set[Expr] = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        yield node
-        stack.extend(all_operands(node))
-
-
 def _callees(fn: Function) -> list[Function]:
     """The Functions `fn` reaches directly: its variants and the targets of its calls."""
     from tilefoundry.ir.hir.function import Function  # function.py imports this module
@@ -89,21 +60,8 @@ def _callees(fn: Function) -> list[Function]:
 
 def callees_first(root: Function) -> list[Function]:
     """`root` and every Function it reaches through calls and variants, each once, callees
-    before callers (`root` last), found without recursion."""
-    order: list[Function] = []
-    entered: set[Function] = set()  # a call cycle is entered once, never looped through
-    stack: list[tuple[Function, bool]] = [(root, False)]
-    while stack:
-        fn, expanded = stack.pop()
-        if expanded:
-            order.append(fn)
-            continue
-        if fn in entered:
-            continue
-        entered.add(fn)
-        stack.append((fn, True))
-        stack.extend((c, False) for c in reversed(_callees(fn)) if c not in entered)
-    return order
+    before callers (`root` last), found without recursion (a call cycle is entered once)."""
+    return post_order((root,), _callees)
 
 
 def call_depth(root: Function) -> int:

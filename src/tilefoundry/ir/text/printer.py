@@ -30,7 +30,6 @@ import numpy as np
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var, binding_name
 from tilefoundry.ir.core import source_span as span_of
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
-from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.ir.text.type_text import MeshNames, format_shard_layout, format_type
 from tilefoundry.ir.types import DType, format_dim
 from tilefoundry.ir.types.shard import ShardLayout
@@ -147,7 +146,7 @@ class _Printer:
                             self.meshes.add(value.mesh)
             if isinstance(expr, GridRegionExpr):
                 stack.extend(expr.carried_args)
-            stack.extend(all_operands(expr))
+            stack.extend(expr.operands())
 
     # ---- values ---------------------------------------------------------------------------------
 
@@ -159,7 +158,7 @@ class _Printer:
             node, expanded = stack.pop()
             if node in self._reads:
                 continue
-            children = all_operands(node)
+            children = node.operands()
             if not expanded:
                 stack.append((node, True))
                 stack.extend((c, False) for c in children if c not in self._reads)
@@ -188,7 +187,7 @@ class _Printer:
                 self.emit_region(node, lines, depth)
             elif not expanded:
                 stack.append((node, True))
-                stack.extend((child, False) for child in reversed(all_operands(node)))
+                stack.extend((child, False) for child in reversed(node.operands()))
             elif isinstance(node, Call) and isinstance(node.target, FusionRegion):
                 self.emit_fusion(node, lines, depth)
             else:
@@ -355,7 +354,7 @@ def _post_order(root: Expr) -> Iterator[Expr]:
             yield node
             continue
         stack.append((node, True))
-        stack.extend((child, False) for child in reversed(all_operands(node)))
+        stack.extend((child, False) for child in reversed(node.operands()))
 
 
 def _where_clause(fn: Function) -> str:

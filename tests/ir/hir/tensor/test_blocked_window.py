@@ -17,8 +17,8 @@ from tilefoundry.dsl import tf
 from tilefoundry.errors import VerifyError
 from tilefoundry.evaluator import evaluate
 from tilefoundry.ir.core import Call
+from tilefoundry.ir.core.graph import iter_nodes
 from tilefoundry.ir.hir.tensor import BlockedDynamicSlice, BlockedDynamicUpdateSlice
-from tilefoundry.ir.hir.walk import iter_nodes
 from tilefoundry.ir.types import f32, i64, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, Layout, P, S, ShardLayout, make_mesh
 from tilefoundry.rules import EVAL

@@ -57,7 +57,7 @@ from tilefoundry.ir.core.nested import flatten, regroup
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
 from tilefoundry.ir.hir.grid_region import INDUCTION_TYPE
 from tilefoundry.ir.hir.op_support import mesh_axis_label
-from tilefoundry.ir.hir.walk import all_operands, run_suspended_walks
+from tilefoundry.ir.hir.walk import run_suspended_walks
 from tilefoundry.ir.lowering.builder import Lowering
 from tilefoundry.ir.lowering.mlir_text import dense_literal
 from tilefoundry.ir.types import TensorType, TupleType, Type, i64
@@ -130,7 +130,7 @@ def program_meshes(fn: Function) -> list[Mesh]:
         for t in _fields(node.type) if isinstance(node.type, TensorType | TupleType) else ():
             if isinstance(t.layout, ShardLayout):
                 meshes[t.layout.mesh] = None
-        stack.extend(all_operands(node))
+        stack.extend(node.operands())
         if isinstance(node, Call) and isinstance(node.target, FusionRegion):
             stack.extend(node.target.outputs)
         if isinstance(node, Call) and isinstance(node.target, Function) and node.target.body:
@@ -210,7 +210,7 @@ class _Emitter:
                 continue
             if not expanded:
                 stack.append((node, True))
-                stack.extend((c, False) for c in reversed(all_operands(node)) if c not in values)
+                stack.extend((c, False) for c in reversed(node.operands()) if c not in values)
                 continue
             try:
                 if isinstance(node, Call) and isinstance(node.target, Function):
