@@ -36,7 +36,9 @@ from tilefoundry.evaluator.static_shapes import bind, static_signature
 from tilefoundry.evaluator.straight_line import Step, StepKind, straight_line
 from tilefoundry.evaluator.values import scatter
 from tilefoundry.ir.core import Call, Constant, Expr, Op, SourceSpan, Tuple, Var, source_span
+from tilefoundry.ir.core.graph import BLOCK_OPERANDS, iter_nodes
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
+from tilefoundry.ir.hir.facts import loop_reads
 from tilefoundry.ir.hir.footprint import check_memory, memory_setting
 from tilefoundry.ir.hir.signature import Bindings, check_arguments
 from tilefoundry.ir.hir.walk import run_suspended_walks
@@ -53,9 +55,12 @@ class _Frame:
         variables: dict[Var, Any],
         bindings: Bindings,
         loop_vars: frozenset[Var] | None = None,
+        scope: Function | None = None,
     ):
         self.parent, self.variables, self.bindings = parent, variables, bindings
         self.loop_vars = loop_vars
+        self.scope = scope if scope is not None else parent.scope
+        """The Function whose body runs here (a loop iteration runs its function's body)."""
         self.memo: dict[Expr, Any] = {}
         self.dying: dict[Expr, int] | None = None  # reads left per node, in a loop-free walk
 
@@ -67,8 +72,12 @@ class _Frame:
             frame = frame.parent
         raise EvalError(f"Var '{var.name}' is not bound here (neither a parameter nor a loop var)")
 
-    def owner(self, free: frozenset[Var]) -> _Frame:
+    def owner(self, node: Expr) -> _Frame:
+        """The frame that memoises `node`: the innermost whose loop variables it reads."""
         frame = self
+        if frame.loop_vars is None:
+            return frame
+        free = loop_reads(frame.scope).of(node)
         while frame.loop_vars is not None and not (free & frame.loop_vars):
             frame = frame.parent
         return frame
@@ -93,7 +102,6 @@ def concrete_type(type_: Type, bindings: Bindings, where: str) -> Type:
     return TensorType(shape, type_.dtype, layout, type_.storage)
 
 
-_NO_VARS: frozenset[Var] = frozenset()
 _TYPED = Memo("evaluator: typed functions", 1024)
 """id(fn) of each Function typed in this process (while it lives)."""
 
@@ -119,16 +127,14 @@ class _Activation:
         self.waiting = None
         self.store(node, owner, value)
 
-    def result(self, interpreter: Interpreter) -> Any:
-        return self.frame.owner(interpreter.free_vars(self.root)).memo[self.root]
+    def result(self) -> Any:
+        return self.frame.owner(self.root).memo[self.root]
 
 
 class Interpreter:
     """Evaluates Function bodies on evaluator values (ndarrays, MeshValues, tuples)."""
 
     def __init__(self) -> None:
-        self._free: dict[Expr, frozenset[Var]] = {}
-        self._loop_vars: set[Var] = set()
         self._reads: dict[Expr, dict[Expr, int] | None] = {}
         self._sites: dict[Expr, OpCallSite] = {}
         self._plans: dict[Expr, list[Step] | None] = {}
@@ -158,35 +164,9 @@ class Interpreter:
         if fn.is_dispatch_base:
             fn = select_variant(fn, bindings={var.name: n for var, n in bindings.items()})
         self.ensure_typed(fn)
-        return fn, _Frame(None, dict(zip(fn.params, values, strict=True)), bindings)
+        return fn, _Frame(None, dict(zip(fn.params, values, strict=True)), bindings, scope=fn)
 
     # -- the walk ----------------------------------------------------------------------------
-
-    def free_vars(self, root: Expr) -> frozenset[Var]:
-        """The loop Vars `root` reads that it does not bind itself (a loop binds its own). Only
-        loop variables decide which frame memoises a node, so parameters are left out: a set of
-        every reachable parameter at every node is quadratic in the body's size."""
-        stack = [(root, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if node in self._free:
-                continue
-            children = node.block_operands()
-            if isinstance(node, GridRegionExpr):
-                children = (*children, node.body, *node.yield_values)
-            if not expanded:
-                if isinstance(node, GridRegionExpr):  # its Vars are reached only through it
-                    self._loop_vars.update((node.induction_var, *node.carried_args))
-                stack.append((node, True))
-                stack.extend((c, False) for c in children if c not in self._free)
-                continue
-            own = isinstance(node, Var) and node in self._loop_vars
-            free = frozenset((node,)) if own else _NO_VARS
-            free = free.union(*(self._free[c] for c in children))
-            if isinstance(node, GridRegionExpr):
-                free -= {node.induction_var, *node.carried_args}
-            self._free[node] = free
-        return self._free[root]
 
     def value(self, root: Expr, frame: _Frame) -> Any:
         """The value of `root` in `frame`. A loop-free body made only of op calls runs from its
@@ -202,7 +182,7 @@ class Interpreter:
         return run_suspended_walks(
             [self._activation(root, frame)],
             self._advance,
-            lambda done: done.result(self),
+            _Activation.result,
             _Activation.returned,
         )
 
@@ -221,7 +201,7 @@ class Interpreter:
             while stack:
                 node, expanded = stack.pop()
                 # An activation's own frame memoises every node (loop frames: see `owner`).
-                owner = frame if remaining is not None else frame.owner(self.free_vars(node))
+                owner = frame if remaining is not None else frame.owner(node)
                 if node in owner.memo:
                     continue
                 if not expanded:
@@ -270,7 +250,7 @@ class Interpreter:
     def _ready(self, node: Expr, frame: _Frame) -> Any:
         if frame.loop_vars is None:  # an activation's own frame memoises every node
             return frame.memo[node]
-        return frame.owner(self.free_vars(node)).memo[node]
+        return frame.owner(node).memo[node]
 
     def _compute(self, node: Expr, frame: _Frame) -> Any:
         """Every node but a @func call (which `_advance` turns into a new activation)."""
@@ -295,7 +275,8 @@ class Interpreter:
     def _fusion(self, region: FusionRegion, args: tuple, frame: _Frame) -> Any:
         """A region is evaluated like a call: its body runs in a fresh activation with its
         inputs bound, so fused and unfused programs execute exactly the same op kernels."""
-        inner = _Frame(None, dict(zip(region.inputs, args, strict=True)), frame.bindings)
+        variables = dict(zip(region.inputs, args, strict=True))
+        inner = _Frame(None, variables, frame.bindings, scope=frame.scope)
         results = tuple(self.value(output, inner) for output in region.outputs)
         return results[0] if len(results) == 1 else results
 
@@ -365,18 +346,11 @@ def _last_uses(root: Expr) -> dict[Expr, int] | None:
     after its last read (numpy then reuses its memory instead of faulting in fresh pages); None
     when a loop is under `root` (a loop body reads outer values the count does not see)."""
     counts: dict[Expr, int] = {}
-    seen: set[Expr] = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
+    for node in iter_nodes(root, edges=BLOCK_OPERANDS):
         if isinstance(node, GridRegionExpr):
             return None
-        seen.add(node)
         for operand in node.block_operands():
             counts[operand] = counts.get(operand, 0) + 1
-            stack.append(operand)
     return counts
 
 
@@ -457,9 +431,9 @@ def evaluate(fn: Function, *arrays: Any, complete_partials: bool = False) -> Any
 
 class _Prepared:
     """What `evaluate` works out once per Function, not once per call: the function typed, an
-    Interpreter whose caches (loop-variable sets, read counts, call sites: facts of the immutable
-    IR) persist, and the bindings whose memory check passed under the current
-    memory limit setting. It does not hold the Function (its cache entry goes with it)."""
+    Interpreter whose caches (read counts, plans, call sites: facts of the immutable IR)
+    persist, and the bindings whose memory check passed under the current memory limit
+    setting. It does not hold the Function (its cache entry goes with it)."""
 
     def __init__(self, fn: Function):
         Interpreter.ensure_typed(fn)

@@ -23,8 +23,9 @@ from typing import Any
 
 from tilefoundry.analysis import TypeInferContext
 from tilefoundry.ir.core import BindingName, Call, Constant, Expr, Var
-from tilefoundry.ir.core.graph import post_order, users
+from tilefoundry.ir.core.graph import iter_nodes, post_order, users
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
+from tilefoundry.ir.hir.facts import LoopReads, loop_locals
 from tilefoundry.ir.text.printer import op_mnemonic
 from tilefoundry.passes.fusion_rules import (
     ROOT_KINDS,
@@ -84,77 +85,43 @@ def _blocks(body: Expr, nodes: list[Expr]) -> list[tuple[list[Expr], Expr]]:
     iteration: the nodes that read the loop's induction variable or carries. A loop-invariant
     node the body reads is computed once, before the loop, so it belongs to the enclosing block
     (as the exits hoist it). Without loops the one block is `nodes` itself."""
-    loop_vars = _loop_vars(nodes)
-    if not loop_vars and not any(isinstance(n, GridRegionExpr) for n in nodes):
+    if not any(isinstance(n, GridRegionExpr) for n in nodes):
         return [(nodes, body)]
-    reads = _reads(nodes, loop_vars)
+    reads = LoopReads(nodes)
 
     def operands(node: Expr) -> tuple[Expr, ...]:
         if not isinstance(node, GridRegionExpr):
             return node.block_operands()
-        local = {node.induction_var, *node.carried_args}
-        return (*node.init_args, *_invariant_frontier(node, local, reads))
+        return (*node.init_args, *_invariant_frontier(node, reads))
 
     blocks = [(post_order((body,), operands), body)]
     for node in nodes:
         if isinstance(node, GridRegionExpr):
-            local = {node.induction_var, *node.carried_args}
+            local = loop_locals(node)
             roots = (node.body, *node.yield_values)
-            block = [n for n in post_order(roots, operands) if reads[n] & local]
+            block = [n for n in post_order(roots, operands) if reads.of(n) & local]
             blocks.append((block, node.body))
     return blocks
 
 
-def _invariant_frontier(loop: GridRegionExpr, local, reads) -> list[Expr]:
+def _invariant_frontier(loop: GridRegionExpr, reads: LoopReads) -> list[Expr]:
     """The loop-invariant values its body reads: the first nodes, walking down from the body
-    through per-iteration nodes, that read none of the loop's variables."""
-    found: list[Expr] = []
-    seen: set[Expr] = set()
-    stack = [loop.body, *loop.yield_values]
-    while stack:
-        node = stack.pop()
-        if node in seen or isinstance(node, Var):
-            continue
-        seen.add(node)
-        if not reads[node] & local:
-            found.append(node)
-            continue
+    through per-iteration nodes, that read none of the loop's variables (a nested loop's own
+    inits and invariant frontier are its operands here)."""
+    local = loop_locals(loop)
+
+    def per_iteration(node: Expr) -> tuple[Expr, ...]:
+        if isinstance(node, Var) or not reads.of(node) & local:
+            return ()
         if isinstance(node, GridRegionExpr):
-            stack.extend(node.init_args)
-            stack.extend(_invariant_frontier(node, {node.induction_var, *node.carried_args}, reads))
-            continue
-        stack.extend(node.block_operands())
-    return found
+            return (*node.init_args, *_invariant_frontier(node, reads))
+        return node.block_operands()
 
-
-def _loop_vars(nodes: list[Expr]) -> frozenset[Var]:
-    """Every loop's induction variable and carries: the only Vars `_blocks` asks about."""
-    return frozenset(
-        var
-        for node in nodes
-        if isinstance(node, GridRegionExpr)
-        for var in (node.induction_var, *node.carried_args)
-    )
-
-
-_NONE: frozenset[Var] = frozenset()
-
-
-def _reads(nodes: list[Expr], loop_vars: frozenset[Var]) -> dict[Expr, frozenset[Var]]:
-    """The loop Vars each node depends on (a loop's own variables are bound inside it, not read),
-    for `nodes` in post-order, in one pass. Only loop variables are tracked: a set of every
-    reachable parameter at every node would make planning quadratic in the program's size, and no
-    caller asks about parameters."""
-    memo: dict[Expr, frozenset[Var]] = {}
-    for item in nodes:
-        if isinstance(item, Var):
-            memo[item] = frozenset((item,)) if item in loop_vars else _NONE
-            continue
-        inner = _NONE.union(*(memo[c] for c in item.operands()))
-        if inner and isinstance(item, GridRegionExpr):
-            inner -= {item.induction_var, *item.carried_args}
-        memo[item] = inner
-    return memo
+    return [
+        node
+        for node in iter_nodes(loop.body, *loop.yield_values, edges=per_iteration)
+        if not (isinstance(node, Var) or reads.of(node) & local)
+    ]
 
 
 def _plan_block(block: list[Expr], use, returned: Expr) -> list[list[Call]]:

@@ -18,6 +18,7 @@ from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var, source_span
 from tilefoundry.ir.core.graph import post_order
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
+from tilefoundry.ir.hir.facts import body_order, free_vars, function_free_vars
 from tilefoundry.ir.hir.signature import type_mismatch
 from tilefoundry.ir.hir.walk import callees_first
 from tilefoundry.ir.types import TensorType, TupleType, Type, UnitType, tensor_fields
@@ -134,7 +135,7 @@ class _Verifier:
         self.walks = {}
         while pending:
             roots, region = pending.pop(0)
-            walk = self.walks[region] = post_order(roots)
+            walk = self.walks[region] = body_order(fn) if region is None else post_order(roots)
             for node in walk:
                 if isinstance(node, Var | Constant):
                     order.append(node)
@@ -171,7 +172,7 @@ class _Verifier:
             if isinstance(node, GridRegionExpr)
             for var in (node.induction_var, *node.carried_args)
         }
-        for var in _FreeVars(fn.params).of(fn.body, self.walks[None]):
+        for var in function_free_vars(fn):
             user = next(n for n in nodes if var in n.operands())
             if var in loop_vars:
                 fail(
@@ -187,7 +188,7 @@ class _Verifier:
         for node in nodes:
             if isinstance(node, Call) and isinstance(node.target, FusionRegion):
                 region = node.target
-                stray = _FreeVars(region.inputs).of_all(region.outputs, self.walks[region])
+                stray = free_vars(region.outputs, region.inputs, self.walks[region])
                 if stray:
                     names = ", ".join(sorted(v.name for v in stray))
                     fail(node, f"FusionRegion: the body reads Var(s) {names}, not region inputs")
@@ -360,40 +361,6 @@ class Signature:
 
     def __eq__(self, other: object) -> bool:
         return type(other) is Signature and other.hash == self.hash and other.key == self.key
-
-
-_NONE: frozenset[Var] = frozenset()
-
-
-class _FreeVars:
-    """Vars a node reads that it does not bind (a loop binds its own; a region call reads only
-    its arguments), other than the `bound` ones of the enclosing scope (the Function's parameters,
-    the region's inputs). Leaving those out of every node's set keeps the sets empty or small: a
-    set of every reachable parameter at every node is quadratic in time and memory."""
-
-    def __init__(self, bound: tuple[Var, ...]) -> None:
-        self.bound = frozenset(bound)
-        self.memo: dict[Expr, frozenset[Var]] = {}
-
-    def of(self, root: Expr, walk: list[Expr] | None = None) -> frozenset[Var]:
-        """`walk`, when given, is `post_order((root,))` (or a post-order holding it) already
-        computed by the caller."""
-        memo = self.memo
-        for node in post_order((root,)) if walk is None else walk:
-            if node in memo:
-                continue
-            if isinstance(node, Var):
-                memo[node] = _NONE if node in self.bound else frozenset((node,))
-                continue
-            inner = [found for c in node.operands() if (found := memo[c])]
-            found = _NONE.union(*inner) if inner else _NONE
-            if found and isinstance(node, GridRegionExpr):
-                found -= {node.induction_var, *node.carried_args}
-            memo[node] = found
-        return memo[root]
-
-    def of_all(self, roots: tuple[Expr, ...], walk: list[Expr] | None = None) -> frozenset[Var]:
-        return frozenset().union(*(self.of(r, walk) for r in roots))
 
 
 def _reshaped_operands(call: Call) -> tuple[int, ...]:

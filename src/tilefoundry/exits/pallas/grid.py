@@ -19,11 +19,11 @@ from math import prod
 
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.ir.core import Expr, source_span
-from tilefoundry.ir.core.graph import iter_nodes
 from tilefoundry.ir.hir import Function
+from tilefoundry.ir.hir.facts import mesh_sites
 from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.types import TensorType, TupleType, Type
-from tilefoundry.ir.types.shard import Mesh, ShardLayout
+from tilefoundry.ir.types.shard import Mesh
 from tilefoundry.sharding.shard_reading import canonical_splits, pending_partials
 
 EXIT = "the Pallas exit"
@@ -37,11 +37,9 @@ def fields(type_: Type) -> tuple[TensorType, ...]:
     return (type_,) if isinstance(type_, TensorType) else ()
 
 
-def _meshes(type_: Type) -> list[Mesh]:
-    return [t.layout.mesh for t in fields(type_) if isinstance(t.layout, ShardLayout)]
-
-
-def _where(node: Expr) -> str:
+def _where(fn: Function, node: Expr) -> str:
+    if node in fn.params:
+        return f"Function {fn.name}: parameter '{node.name}'"
     target = getattr(node, "target", None)
     if target is not None and not isinstance(target, Function):
         return type(target).__name__
@@ -49,20 +47,19 @@ def _where(node: Expr) -> str:
 
 
 def find_grid(fn: Function) -> Mesh | None:
-    """The one `cta` mesh the program's values live on (None: a single-CTA kernel)."""
+    """The one `cta` mesh the program's values live on (None: a single-CTA kernel); a mesh the
+    grid cannot be is refused where the program first uses it."""
     found: Mesh | None = None
-    sources = [(p, f"Function {fn.name}: parameter '{p.name}'") for p in fn.params]
-    sources += [(node, _where(node)) for node in iter_nodes(fn.body)]
-    for node, where in sources:
-        for mesh in _meshes(node.type):
-            _check_mesh(mesh, where, node)
-            if found is not None and mesh != found:
-                raise UnsupportedError(
-                    f"{where}: lives on {mesh} while the kernel's grid is {found}; one "
-                    "pallas_call has one grid; reshard onto one cta mesh",
-                    location=source_span(node),
-                )
-            found = mesh
+    for mesh, node in mesh_sites(fn).items():
+        where = _where(fn, node)
+        _check_mesh(mesh, where, node)
+        if found is not None:
+            raise UnsupportedError(
+                f"{where}: lives on {mesh} while the kernel's grid is {found}; one "
+                "pallas_call has one grid; reshard onto one cta mesh",
+                location=source_span(node),
+            )
+        found = mesh
     return found
 
 

@@ -29,6 +29,7 @@ from tilefoundry.exits.pallas.namespace import KernelNamespace, KernelRef
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
 from tilefoundry.ir.core.graph import iter_nodes
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
+from tilefoundry.ir.hir.facts import LoopReads
 from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.hir.signature import bind_dim_vars
 from tilefoundry.ir.hir.walk import run_suspended_walks
@@ -87,7 +88,7 @@ class KernelBody:
         self.fn, self.bindings, self.mesh, self.kx = fn, bindings, mesh, kx
         self.constants = constants or {}
         self._program_ids: tuple | None = None
-        self._free: dict[Expr, frozenset[Var]] = {}
+        self._reads = LoopReads()
 
     # -- CTA coordinates ---------------------------------------------------------------------
 
@@ -226,32 +227,15 @@ class KernelBody:
                 location=source_span(node),
             ) from None
 
-    def free_vars(self, root: Expr) -> frozenset[Var]:
-        """The Vars `root` reads that it does not bind itself (a loop binds its own)."""
-        stack = [(root, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if node in self._free:
-                continue
-            children = node.operands()
-            if not expanded:
-                stack.append((node, True))
-                stack.extend((c, False) for c in children if c not in self._free)
-                continue
-            free = frozenset((node,)) if isinstance(node, Var) else frozenset()
-            free = free.union(*(self._free[c] for c in children))
-            if isinstance(node, GridRegionExpr):
-                free -= {node.induction_var, *node.carried_args}
-            self._free[node] = free
-        return self._free[root]
-
     def _hoist(self, node: GridRegionExpr, frame: _Frame) -> None:
         """Compute the loop body's invariant values before the loop (the kernel loads a tile
         that does not change with the iteration once, not on every trip)."""
-        for inner in iter_nodes(Tuple((node.body, *node.yield_values))):
+        reads = self._reads
+        reads.of(node)  # the loop first: its Vars are known before its body is asked about
+        for inner in iter_nodes(node.body, *node.yield_values):
             if not isinstance(inner, Call | GridRegionExpr):
                 continue
-            if all(frame.find(v)[0] for v in self.free_vars(inner)):
+            if all(frame.find(v)[0] for v in reads.of(inner)):
                 self.value(inner, frame)
 
     def _loop(self, node: GridRegionExpr, inits: tuple, frame: _Frame) -> Any:

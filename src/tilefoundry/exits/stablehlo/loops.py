@@ -1,5 +1,6 @@
-"""The `stablehlo.while` both emitters write for a GridRegionExpr: what the loop hoists and
-threads through (invariants, captures), its bounds, and its condition and text.
+"""The `stablehlo.while` both emitters write for a GridRegionExpr: what the loop threads through
+(captures; what it hoists is `ir.hir.facts.loop_invariants`), its bounds, and its condition and
+text.
 
 The one-device emitter and the SPMD emitter lower the body each in its own medium (names, or
 per-device shards); the loop around it is the same, so it is written once, here.
@@ -10,65 +11,27 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tilefoundry.ir.core import Expr, Var
+from tilefoundry.ir.core import Expr
+from tilefoundry.ir.core.graph import iter_nodes
 from tilefoundry.ir.hir import GridRegionExpr
+from tilefoundry.ir.hir.facts import loop_locals
 from tilefoundry.ir.lowering.builder import Lowered, Lowering
 from tilefoundry.ir.types import TensorType, i64, resolve_dim
-
-
-def _reads(expr: Expr, memo: dict[Expr, frozenset[Var]]) -> frozenset[Var]:
-    if expr not in memo:
-        if isinstance(expr, Var):
-            memo[expr] = frozenset((expr,))
-        elif isinstance(expr, GridRegionExpr):
-            inner = frozenset().union(*(_reads(c, memo) for c in expr.operands()))
-            memo[expr] = inner - {expr.induction_var, *expr.carried_args}
-        else:
-            memo[expr] = frozenset().union(*(_reads(c, memo) for c in expr.operands()))
-    return memo[expr]
-
-
-def loop_invariants(
-    loop: GridRegionExpr, done: Mapping[Expr, Any], memo: dict[Expr, frozenset[Var]]
-) -> list[Expr]:
-    """Body values of `loop` that read none of its variables and are not lowered yet (`done`),
-    producers first: lowered before the loop, they run once, not once per iteration."""
-    local = {loop.induction_var, *loop.carried_args}
-    stack, seen = [loop.body, *loop.yield_values], set()
-    order: list[Expr] = []
-    while stack:
-        node = stack.pop()
-        if node in seen or node in done:
-            continue
-        seen.add(node)
-        if isinstance(node, Var) or _reads(node, memo) & local:
-            if not isinstance(node, Var | GridRegionExpr):
-                stack.extend(node.operands())
-            continue
-        order.append(node)
-    return order
 
 
 def loop_captures(loop: GridRegionExpr, done: Mapping[Expr, Any]) -> list[Expr]:
     """Outer values (already lowered: in `done`) that the loop body reads; the while threads
     them through as unchanged carries, so its regions capture nothing."""
-    local = {loop.induction_var, *loop.carried_args}
-    found: dict[Expr, None] = {}
-    stack, seen = [loop.body, *loop.yield_values], set()
-    while stack:
-        node = stack.pop()
-        if node in seen or node in local:
-            continue
-        seen.add(node)
-        if node in done:
-            found[node] = None
-            continue
-        if isinstance(node, GridRegionExpr):
-            stack.extend(node.init_args)
-            stack.extend(v for v in (node.body, *node.yield_values))
-            continue
-        stack.extend(node.operands())
-    return list(found)
+    local = loop_locals(loop)
+
+    def inside(node: Expr) -> tuple[Expr, ...]:
+        return () if node in done or node in local else node.operands()
+
+    return [
+        node
+        for node in iter_nodes(loop.body, *loop.yield_values, edges=inside)
+        if node in done and node not in local
+    ]
 
 
 def loop_bounds(loop: GridRegionExpr, bindings: Mapping[Any, int] | None) -> tuple[int, int, int]:

@@ -20,7 +20,6 @@ from tilefoundry.errors import UnsupportedError
 from tilefoundry.exits.stablehlo.loops import (
     loop_bounds,
     loop_captures,
-    loop_invariants,
     while_condition,
     while_text,
 )
@@ -31,14 +30,15 @@ from tilefoundry.exits.stablehlo.module_header import (
 )
 from tilefoundry.gc_pause import gc_paused
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var, source_span
+from tilefoundry.ir.core.graph import BLOCK_OPERANDS, post_order
 from tilefoundry.ir.core.nested import flatten, regroup
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, select_variant
+from tilefoundry.ir.hir.facts import LoopReads, device_meshes, loop_invariants
 from tilefoundry.ir.lowering.builder import Lowered, Lowering
 from tilefoundry.ir.lowering.mlir_text import (
     check_logical_layout,
     dense_literal,
     flat_types,
-    mesh_is_on_one_device,
     mlir_symbol,
 )
 from tilefoundry.ir.lowering.replay import lower_cached
@@ -53,34 +53,21 @@ class _FunctionEmitter:
         self.module = module
         self.lw = lowering
         self.values: dict[Expr, Lowered] = {}
-        self.reads_memo: dict[Expr, frozenset[Var]] = {}
+        self.reads = LoopReads()
 
     def lower(self, root: Expr) -> Lowered:
-        stack: list[tuple[Expr, bool]] = [(root, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if node in self.values:
-                continue
-            if isinstance(node, GridRegionExpr):
-                pending = [i for i in node.init_args if i not in self.values]
-                if pending and not expanded:
-                    stack.append((node, True))
-                    stack.extend((i, False) for i in reversed(pending))
-                    continue
-                try:
-                    self.values[node] = self.lower_loop(node)
-                except UnsupportedError as err:
-                    raise err.with_location(source_span(node)) from None
-                continue
-            if not expanded:
-                stack.append((node, True))
-                stack.extend((c, False) for c in reversed(node.operands()) if c not in self.values)
+        values = self.values
+        for node in post_order((root,), BLOCK_OPERANDS, done=values):
+            if node in values:  # a loop lowers its invariants before itself
                 continue
             try:
-                self.values[node] = self.lower_node(node)
+                if isinstance(node, GridRegionExpr):
+                    values[node] = self.lower_loop(node)
+                else:
+                    values[node] = self.lower_node(node)
             except UnsupportedError as err:  # the innermost located node locates the refusal
                 raise err.with_location(source_span(node)) from None
-        return self.values[root]
+        return values[root]
 
     def lower_node(self, node: Expr) -> Lowered:
         if isinstance(node, Var):
@@ -139,7 +126,7 @@ class _FunctionEmitter:
         """`stablehlo.while` over (induction, carries..., captures...): every outer value the body
         reads is threaded through as an unchanged carry, so the regions capture nothing."""
         lw = self.lw
-        for node in loop_invariants(loop, self.values, self.reads_memo):
+        for node in loop_invariants(loop, self.reads, self.values):
             self.lower(node)
         captures = sorted(
             ((c, self.values[c]) for c in loop_captures(loop, self.values)),
@@ -273,12 +260,10 @@ def emit_stablehlo(
 
 
 def _on_a_mesh(fn: Function, bindings: Mapping[Any, int] | None) -> bool:
-    from tilefoundry.exits.stablehlo.spmd import program_meshes
-
     if fn.body is None:
         fn = select_variant(fn, bindings=dict(bindings or {}))
     # a cta mesh is the CTAs of one device: its program's meaning is the single-device module
-    return any(not mesh_is_on_one_device(mesh) for mesh in program_meshes(fn))
+    return bool(device_meshes(fn))
 
 
 def _entry_symbols(functions) -> list[tuple[Function, str]]:

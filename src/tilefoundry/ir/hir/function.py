@@ -39,6 +39,9 @@ class Function(Expr):
     metadata: tuple[Metadata, ...] = field(default=(), repr=False)
     type: CallableType = field(init=False, repr=False)
     _sealed: bool = field(init=False, repr=False, default=False)
+    facts: dict[str, Any] = field(init=False, repr=False, default_factory=dict)
+    """What `ir.hir.facts` has read off this function, each fact computed once (a Function does
+    not change once built), and dropped with it."""
 
     def __post_init__(self) -> None:
         where = f"Function {self.name}"

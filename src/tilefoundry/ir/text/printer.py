@@ -29,7 +29,9 @@ import numpy as np
 
 from tilefoundry.ir.core import Call, Constant, Expr, Module, Op, Tuple, Var, binding_name
 from tilefoundry.ir.core import source_span as span_of
+from tilefoundry.ir.core.graph import iter_nodes, post_order
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
+from tilefoundry.ir.hir.facts import LoopReads
 from tilefoundry.ir.text.type_text import MeshNames, format_shard_layout, format_type
 from tilefoundry.ir.types import DType, format_dim
 from tilefoundry.ir.types.shard import ShardLayout
@@ -56,10 +58,6 @@ def op_mnemonic(op: Op) -> str:
     return op_spelling(op)[0]
 
 
-def _loop_locals(region: GridRegionExpr) -> frozenset[Var]:
-    return frozenset((region.induction_var, *region.carried_args))
-
-
 class _Printer:
     def __init__(self, *, locations: bool):
         self.locations = locations
@@ -69,7 +67,7 @@ class _Printer:
         self.counter = 0
         self.function_symbols: dict[Function, str] = {}
         self.function_queue: list[Function] = []
-        self._reads: dict[Expr, frozenset[Var]] = {}
+        self._reads = LoopReads()
 
     # ---- naming -------------------------------------------------------------------------------
 
@@ -120,74 +118,32 @@ class _Printer:
 
     # ---- the pre-pass: every mesh is known before the first line is printed -------------------
 
-    def collect(self, roots: Expr | tuple[Expr, ...], seen: set[int]) -> None:
-        stack = list(roots) if isinstance(roots, tuple) else [roots]
-        while stack:
-            expr = stack.pop()
-            if id(expr) in seen:
-                continue
-            seen.add(id(expr))
+    def collect(self, roots: tuple[Expr, ...]) -> None:
+        for expr in iter_nodes(*roots, edges=_everything_printed):
             self.meshes.collect_type(expr.type)
             if isinstance(expr, Function):
                 for param in expr.params:
                     self.meshes.collect_type(param.type)
                 self.meshes.collect_type(expr.return_type)
-                stack.extend(v for v in expr.variants)
-                if expr.body is not None:
-                    stack.append(expr.body)
-            if isinstance(expr, FusionRegion):
-                stack.extend(expr.outputs)
-            if isinstance(expr, Call):
-                if isinstance(expr.target, Expr):
-                    stack.append(expr.target)
-                else:
-                    for value in expr.target.attributes().values():
-                        if isinstance(value, ShardLayout):
-                            self.meshes.add(value.mesh)
-            if isinstance(expr, GridRegionExpr):
-                stack.extend(expr.carried_args)
-            stack.extend(expr.operands())
+            if isinstance(expr, Call) and not isinstance(expr.target, Expr):
+                for value in expr.target.attributes().values():
+                    if isinstance(value, ShardLayout):
+                        self.meshes.add(value.mesh)
 
     # ---- values ---------------------------------------------------------------------------------
 
-    def reads(self, expr: Expr) -> frozenset[Var]:
-        """The Vars a value depends on (memoised); loop-invariance is decided with it. Computed
-        from an explicit stack: a body is as deep as the program is long."""
-        stack: list[tuple[Expr, bool]] = [(expr, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if node in self._reads:
-                continue
-            children = node.operands()
-            if not expanded:
-                stack.append((node, True))
-                stack.extend((c, False) for c in children if c not in self._reads)
-                continue
-            if isinstance(node, Var):
-                found = frozenset((node,))
-            else:
-                found = frozenset().union(*(self._reads[c] for c in children))
-                if isinstance(node, GridRegionExpr):
-                    found -= _loop_locals(node)
-            self._reads[node] = found
-        return self._reads[expr]
-
     def emit(self, expr: Expr, lines: list[str], depth: int) -> None:
         """Print `expr` and everything it needs that is not printed yet (post-order, operands
-        left to right), from an explicit stack: a body is as deep as the program is long. Only
-        a nested block (loop, fusion region) recurses, once per level of nesting."""
-        stack: list[tuple[Expr, bool]] = [(expr, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if node in self.names:
+        left to right). Only a nested block (loop, fusion region) recurses, once per level of
+        nesting."""
+        names = self.names
+        for node in post_order((expr,), _one_block, done=names):
+            if node in names:  # a loop prints its invariants before itself
                 continue
             if isinstance(node, Var):
                 self.bind(node, node.name)  # a free Var (printing a bare expression) as is
             elif isinstance(node, GridRegionExpr):
                 self.emit_region(node, lines, depth)
-            elif not expanded:
-                stack.append((node, True))
-                stack.extend((child, False) for child in reversed(node.operands()))
             elif isinstance(node, Call) and isinstance(node.target, FusionRegion):
                 self.emit_fusion(node, lines, depth)
             else:
@@ -254,11 +210,12 @@ class _Printer:
 
     def _hoist_invariants(self, region: GridRegionExpr, lines: list[str], depth: int) -> None:
         """Print, before the block, the body values that read none of this loop's variables."""
-        local = _loop_locals(region)
+        reads = self._reads
+        local = reads.bound_by(region)
         for value in (region.body, *region.yield_values):
-            for node in _post_order(value):
+            for node in post_order((value,), _one_block):
                 unprinted = node not in self.names and not isinstance(node, Var)
-                if unprinted and not (self.reads(node) & local):
+                if unprinted and not (reads.of(node) & local):
                     self.emit(node, lines, depth)
 
     def format_attrs(self, attrs: dict[str, Any]) -> str:
@@ -341,20 +298,24 @@ class _Printer:
         return out
 
 
-def _post_order(root: Expr) -> Iterator[Expr]:
-    """Every node under `root` in post-order, each once, without entering nested regions."""
-    seen: set[Expr] = set()
-    stack: list[tuple[Expr, bool]] = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if node in seen:
-            continue
-        if expanded or isinstance(node, GridRegionExpr):
-            seen.add(node)
-            yield node
-            continue
-        stack.append((node, True))
-        stack.extend((child, False) for child in reversed(node.operands()))
+def _one_block(node: Expr) -> tuple[Expr, ...]:
+    """The operands a block prints before a node: none for a loop, which prints its own."""
+    return () if isinstance(node, GridRegionExpr) else node.operands()
+
+
+def _everything_printed(expr: Expr) -> tuple[Expr, ...]:
+    """Every node whose type the text shows, from `expr`: operands, loop carries, called
+    functions (their variants and bodies) and fusion region bodies."""
+    found: tuple[Expr, ...] = ()
+    if isinstance(expr, Function):
+        found = (*expr.variants, *(() if expr.body is None else (expr.body,)))
+    if isinstance(expr, FusionRegion):
+        found = expr.outputs
+    if isinstance(expr, Call) and isinstance(expr.target, Expr):
+        found = (expr.target,)
+    if isinstance(expr, GridRegionExpr):
+        found = expr.carried_args
+    return (*found, *expr.operands())
 
 
 def _where_clause(fn: Function) -> str:
@@ -388,7 +349,7 @@ def format_ir(obj: Any, *, locations: bool = False) -> str:
     """The canonical text of a Module, Function, Expr or Type (`locations` adds `loc(...)`)."""
     printer = _Printer(locations=locations)
     if isinstance(obj, Module | Function | Expr):
-        printer.collect(obj if not isinstance(obj, Module) else obj.functions, set())
+        printer.collect(obj.functions if isinstance(obj, Module) else (obj,))
     if isinstance(obj, Module):
         lines = printer.print_functions(list(obj.functions))
         lines = [*printer.meshes.declarations(), *lines]

@@ -12,7 +12,6 @@ from tilefoundry.exits.stablehlo.spmd.module import (
     format_collective_report,
     lower_spmd,
     lower_spmd_or_none,
-    program_meshes,
 )
 
 __all__ = [
@@ -22,5 +21,4 @@ __all__ = [
     "format_collective_report",
     "lower_spmd",
     "lower_spmd_or_none",
-    "program_meshes",
 ]

@@ -34,7 +34,6 @@ from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.exits.stablehlo.loops import (
     loop_bounds,
     loop_captures,
-    loop_invariants,
     while_condition,
     while_text,
 )
@@ -55,6 +54,7 @@ from tilefoundry.exits.stablehlo.spmd.mesh import (
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
 from tilefoundry.ir.core.nested import flatten, regroup
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
+from tilefoundry.ir.hir.facts import LoopReads, loop_invariants, program_meshes
 from tilefoundry.ir.hir.grid_region import INDUCTION_TYPE
 from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.hir.walk import run_suspended_walks
@@ -73,7 +73,6 @@ __all__ = [
     "format_collective_report",
     "lower_spmd",
     "lower_spmd_or_none",
-    "program_meshes",
 ]
 
 
@@ -117,29 +116,6 @@ def _width(exprs, values) -> int:
     return sum(len(flatten(values[e])) for e in exprs)
 
 
-def program_meshes(fn: Function) -> list[Mesh]:
-    """Every mesh a value of `fn` is sharded over (its body, loop bodies, fusion regions and
-    inlined callees included), in first-seen order; empty for an unsharded program."""
-    meshes: dict[Mesh, None] = {}
-    stack, seen = [*fn.params, *([fn.body] if fn.body is not None else [])], set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        for t in _fields(node.type) if isinstance(node.type, TensorType | TupleType) else ():
-            if isinstance(t.layout, ShardLayout):
-                meshes[t.layout.mesh] = None
-        stack.extend(node.operands())
-        if isinstance(node, Call) and isinstance(node.target, FusionRegion):
-            stack.extend(node.target.outputs)
-        if isinstance(node, Call) and isinstance(node.target, Function) and node.target.body:
-            stack.append(node.target.body)
-        if isinstance(node, GridRegionExpr):
-            stack.extend(node.carried_args)
-    return list(meshes)
-
-
 def _find_views(fn: Function) -> Refinement:
     """The program's device meshes, as views of one device set: their common refinement (the
     one mesh itself when there is one), refused up front naming the meshes when there is none."""
@@ -173,7 +149,7 @@ class _Emitter:
 
     def __init__(self, body: DeviceBody):
         self.body, self.lw = body, body.lw
-        self.reads_memo: dict[Expr, frozenset[Var]] = {}
+        self.reads = LoopReads()
 
     def lower(self, root: Expr, values: dict[Expr, Operand]) -> Operand:
         """Lower `root` given `values`. A @func call is inlined without recursion: the callee's
@@ -233,7 +209,7 @@ class _Emitter:
         body values are lowered before it; outer values the body reads are threaded through as
         unchanged carries (the regions capture nothing, device coordinates included)."""
         lw = self.lw
-        for node in loop_invariants(loop, values, self.reads_memo):
+        for node in loop_invariants(loop, self.reads, values):
             self.lower(node, values)
         captures = sorted(loop_captures(loop, values), key=lambda c: _names(values[c]))
         start, stop, step = loop_bounds(loop, lw.bindings)
