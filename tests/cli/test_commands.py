@@ -106,6 +106,36 @@ def test_megatron_on_eight_xla_devices(cli):
     assert "xla on 8 devices" in done.stdout and "agrees" in done.stdout
 
 
+BODY_MESH = """\
+from tilefoundry import Tensor, func
+from tilefoundry.dsl import tf
+from tilefoundry.ir.types.shard import B, Layout, ShardLayout, make_mesh
+
+TP = make_mesh((4,), ("tp",))
+REPLICATED = ShardLayout(Layout((8, 4)), (B,), TP)
+
+
+@func
+def body_mesh(x: Tensor[(8, 4), "f32"]):
+    y = tf.reshard(x, layout=(8 @ TP.tp, 4), storage="gmem")
+    return tf.reshard(tf.relu(y), layout=REPLICATED, storage="gmem") + x
+"""
+
+
+@pytest.mark.slow
+def test_a_mesh_only_the_body_uses_sets_the_device_count(cli, write_program):
+    """Issue 28: the CLI asks the program's devices of the one IR fact the exits read
+    (`ir.hir.facts.device_count`), so a mesh that appears only inside the body runs on its
+    devices instead of reaching XLA as a one-device program."""
+    path = write_program("body_mesh.py", BODY_MESH)
+    done = cli("run", path, "--backend", "xla")
+    assert done.returncode == 0, done.stderr
+    assert "xla on 4 devices" in done.stdout and "agrees" in done.stdout
+    done = cli("run", path, "--devices", "2")
+    assert done.returncode == 1
+    assert "its mesh has 4 devices; --devices 2 does not match" in done.stderr
+
+
 @pytest.mark.slow
 def test_run_reads_npy_inputs(cli, tmp_path):
     rng = np.random.default_rng(7)

@@ -27,7 +27,6 @@ from tilefoundry.frontend.source import program_exit_error
 from tilefoundry.ir.core import Module, SourceSpan
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.types import TensorType, is_static
-from tilefoundry.ir.types.shard import ShardLayout
 
 
 @dataclass(frozen=True)
@@ -330,17 +329,3 @@ def _check_npy_size(path: str) -> None:
             f"({claimed} bytes), but the file holds {held} bytes of data",
             location=SourceSpan(path, 1, 1),
         )
-
-
-def mesh_devices(fn: Function) -> int | None:
-    """The device count of the mesh the function's signature is sharded over, if any. A cta
-    mesh's CTAs share one device (DESIGN §4.13), so a cta-mesh program needs no devices."""
-    types = [p.type for p in fn.params]
-    types.append(fn.body.type if fn.body is not None else fn.return_type)
-    for type_ in types:
-        layout = getattr(type_, "layout", None)
-        if isinstance(layout, ShardLayout):
-            if all(t.name == "cta" for t in layout.mesh.topologies):
-                continue
-            return int(np.prod([int(e) for e in layout.mesh.shape]))
-    return None

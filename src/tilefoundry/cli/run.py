@@ -26,13 +26,13 @@ from tilefoundry.cli.program import (
     dim_options,
     dim_vars,
     load_inputs,
-    mesh_devices,
     random_inputs,
 )
 from tilefoundry.cli.run_processes import processes_for, run_on_processes
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core.nested import flatten
 from tilefoundry.ir.hir import Function
+from tilefoundry.ir.hir.facts import device_count
 from tilefoundry.ir.hir.footprint import check_memory
 
 
@@ -49,13 +49,13 @@ def _timed(label: str, timings: list[tuple[str, float]], action):
 
 
 def _devices_for(fn: Function, requested: int | None, backend: str) -> int | None:
-    mesh = mesh_devices(fn)
+    mesh = device_count(fn)
     if requested is None:
         return mesh
     if mesh is None and requested != 1:
         raise VerifyError(
             f"Function {fn.name}: --devices {requested} needs a sharded program; "
-            f"{fn.name}'s signature has no mesh"
+            f"{fn.name} has no device mesh"
         )
     if mesh is not None and requested != mesh:
         raise VerifyError(

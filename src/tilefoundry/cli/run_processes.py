@@ -43,7 +43,7 @@ def processes_for(args: argparse.Namespace, fn: Function, devices: int | None) -
     if devices is None:
         raise VerifyError(
             f"Function {fn.name}: --processes {processes} needs a sharded program; "
-            f"{fn.name}'s signature has no mesh"
+            f"{fn.name} has no device mesh"
         )
     if devices % processes:
         raise VerifyError(
