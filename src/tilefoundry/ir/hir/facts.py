@@ -87,8 +87,10 @@ def free_vars(
     nor an enclosing loop binds. `nodes`, when given, is `post_order(roots)` (or a post-order
     holding it) already computed by the caller."""
     nodes = post_order(roots) if nodes is None else nodes
-    reads = LoopReads(nodes)
     bound = frozenset(bound)
+    if not any(isinstance(n, GridRegionExpr) for n in nodes):  # the usual body: no loop
+        return frozenset(n for n in nodes if isinstance(n, Var) and n not in bound)
+    reads = LoopReads(nodes)
     escaped = _NONE.union(*(reads.of(r) for r in roots)) - bound
     unbound = {
         n for n in nodes if isinstance(n, Var) and n not in bound and n not in reads.loop_vars
