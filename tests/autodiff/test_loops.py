@@ -75,6 +75,24 @@ def test_a_carry_differentiates_through_every_iteration():
     np.testing.assert_allclose(evaluate(gradient, x), 8 * x**7, rtol=1e-12)
 
 
+def test_a_value_read_only_by_the_body_gets_its_gradient():
+    """The loop carries only `out` (from zeros); w reaches the output through what the body
+    reads from outside the loop (as examples/moe.py's expert loop reads its weights): d/dw of
+    sum(x * w) is x, not zero."""
+
+    @func
+    def row_products(x: Tensor[(4, 3), "f64"], w: Tensor[(4, 3), "f64"]):
+        out = tf.zeros((4, 3), "f64")
+        for i in range(4):
+            out[i] = x[i] * w[i]
+        return tf.reduce(out, axes=(0, 1), keepdim=False, kind="sum")
+
+    x, w = RNG.standard_normal((4, 3)), RNG.standard_normal((4, 3))
+    gx, gw = evaluate(grad(row_products, argnums=(0, 1)), x, w)
+    np.testing.assert_allclose(gw, x, rtol=1e-14)
+    np.testing.assert_allclose(gx, w, rtol=1e-14)
+
+
 def test_a_stacked_weight_gets_its_gradient_row_by_row():
     x, ws = RNG.standard_normal((4, 8)), RNG.standard_normal((3, 8, 8)) / 3
     gradient = grad(stacked, argnums=(0, 1))
