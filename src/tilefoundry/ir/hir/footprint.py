@@ -7,6 +7,12 @@ reference evaluator keeps every value of an activation alive, so for it this is 
 it is an upper bound. A value on a mesh counts once per device that holds a copy (the simulator
 keeps one array per device: a Split shares the value out, a Broadcast or Partial replicates it).
 
+`peak_bytes_per_device` is the finer estimate a schedule gives: the bytes one device holds at
+the peak of a run that frees each value after its last reader (the program order, loop bodies one
+iteration at a time, a called Function's intermediates only while it runs). It is what reverse
+mode's choices change: a gradient keeps the forward values its backward reads alive until then
+(a loop's stacks, one row per iteration), and a `checkpoint`ed call keeps only its arguments.
+
 The limit is `TILEFOUNDRY_MEMORY_LIMIT` (bytes, or with a K/M/G/T suffix) when set, else the
 machine's physical memory.
 """
@@ -20,10 +26,13 @@ from math import prod
 from typing import Any
 
 from tilefoundry.errors import EvalError, VerifyError
-from tilefoundry.ir.core import Expr
-from tilefoundry.ir.hir.walk import iter_nodes
+from tilefoundry.ir.core import Call, Constant, Expr, Tuple, Var
+from tilefoundry.ir.hir.function import Function
+from tilefoundry.ir.hir.grid_region import GridRegionExpr
+from tilefoundry.ir.hir.walk import all_operands, block_operands, callees_first, iter_nodes
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim, tensor_fields
 from tilefoundry.ir.types.shard import ShardLayout, Split
+from tilefoundry.passes.graph import post_order
 
 MEMORY_ENV = "TILEFOUNDRY_MEMORY_LIMIT"
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -74,6 +83,16 @@ def memory_limit() -> int | None:
 
 def value_bytes(type_: Type, bindings: Mapping[Any, int]) -> int:
     """Bytes the values of `type_` occupy at the bound shapes, mesh copies included."""
+    return _bytes(type_, bindings, lambda tensor, size: size * _copies(tensor))
+
+
+def device_bytes(type_: Type, bindings: Mapping[Any, int]) -> int:
+    """Bytes one device holds of a value of `type_`: a Split's block, a replicated or plain
+    value whole."""
+    return _bytes(type_, bindings, lambda tensor, size: size // _split_extent(tensor))
+
+
+def _bytes(type_: Type, bindings: Mapping[Any, int], held: Callable[[TensorType, int], int]):
     total = 0
     for tensor in tensor_fields(type_) if isinstance(type_, TensorType | TupleType) else ():
         count = 1
@@ -82,17 +101,28 @@ def value_bytes(type_: Type, bindings: Mapping[Any, int]) -> int:
                 count *= dim if isinstance(dim, int) else resolve_dim(dim, bindings)
             except VerifyError:
                 return total  # an extent no binding resolves is not counted
-        total += (count * tensor.dtype.itemsize_bits + 7) // 8 * _copies(tensor)
+        total += held(tensor, (count * tensor.dtype.itemsize_bits + 7) // 8)
     return total
+
+
+def _extents(layout: ShardLayout) -> list[int]:
+    return [e if isinstance(e, int) else 1 for e in layout.mesh.shape]
+
+
+def _split_extent(tensor: TensorType) -> int:
+    """How many blocks a Split shares the value out into (1 for a plain value)."""
+    layout = tensor.layout
+    if not isinstance(layout, ShardLayout):
+        return 1
+    pairs = zip(_extents(layout), layout.attrs, strict=True)
+    return max(1, prod(e for e, attr in pairs if isinstance(attr, Split)))
 
 
 def _copies(tensor: TensorType) -> int:
     layout = tensor.layout
     if not isinstance(layout, ShardLayout):
         return 1
-    extents = [e if isinstance(e, int) else 1 for e in layout.mesh.shape]
-    split = [e for e, attr in zip(extents, layout.attrs, strict=True) if isinstance(attr, Split)]
-    return prod(extents) // max(1, prod(split))
+    return prod(_extents(layout)) // _split_extent(tensor)
 
 
 def program_bytes(fn: Any, bindings: Mapping[Any, int]) -> int:
@@ -104,6 +134,133 @@ def program_bytes(fn: Any, bindings: Mapping[Any, int]) -> int:
             if node not in params:
                 total += value_bytes(node.type, bindings)
     return total
+
+
+def peak_bytes_per_device(fn: Function, bindings: Mapping[Any, int] | None = None) -> int:
+    """The bytes one device holds at the peak of a run of `fn` (see the module doc): its
+    parameters, plus the most its body's live values reach."""
+    bindings = bindings or {}
+    peaks: dict[Function, int] = {}
+    for callee in callees_first(fn):  # callees first: a call's peak is known when it is reached
+        if isinstance(callee.body, Expr):
+            peaks[callee] = _Schedule(bindings, peaks).peak((callee.body,), set(callee.params))
+    return sum(device_bytes(p.type, bindings) for p in fn.params) + peaks.get(fn, 0)
+
+
+class _Schedule:
+    """The live bytes of a region run in the order a memory-minimising list scheduler picks:
+    of the nodes whose operands are computed, the one that grows the live bytes least next
+    (a shrinking one first: a weight gradient that frees the activations it contracts), each
+    value freed after its last reader; a checkpointed call's recompute then runs where its
+    cotangent arrives, not up front next to the forward. A Tuple or a tuple field copies nothing: it
+    keeps the values it holds alive (their owners) as long as it is read."""
+
+    def __init__(self, bindings: Mapping[Any, int], peaks: Mapping[Function, int]):
+        self.bindings = bindings
+        self.peaks = peaks
+
+    def peak(self, roots: tuple[Expr, ...], outside: set[Expr]) -> int:
+        """The most bytes the region under `roots` allocates at once beyond the `outside` values
+        (live already: parameters, a loop's variables and the outer values its body reads)."""
+
+        def reads(node: Expr) -> tuple[Expr, ...]:
+            return () if node in outside else tuple(dict.fromkeys(self._reads(node)))
+
+        nodes = post_order(roots, reads)
+        owners: dict[Expr, frozenset[Expr]] = {}
+        for node in nodes:
+            owners[node] = self._owners(node, owners, outside)
+        held = {n: frozenset().union(*(owners[o] for o in reads(n))) for n in nodes}
+        kept = frozenset().union(*(owners[r] for r in roots))
+        pending = dict.fromkeys(nodes, 0)  # per owner: readers not run yet
+        waiting = {n: len(reads(n)) for n in nodes}  # per node: operands not run yet
+        readers: dict[Expr, list[Expr]] = {n: [] for n in nodes}
+        for node in nodes:
+            for owner in held[node]:
+                pending[owner] += 1
+            for operand in reads(node):
+                readers[operand].append(node)
+        rank = {node: index for index, node in enumerate(nodes)}
+        own = {n: self._size(n) if owners[n] == {n} else 0 for n in nodes}
+
+        def growth(node: Expr) -> tuple[int, int]:
+            freed = sum(own[o] for o in held[node] if pending[o] == 1 and o not in kept)
+            return own[node] - freed, rank[node]
+
+        ready = [n for n in nodes if waiting[n] == 0]
+        live = peak = 0
+        while ready:
+            node = min(ready, key=growth)
+            ready.remove(node)
+            peak = max(peak, live + own[node] + self._transient(node))
+            live += own[node]
+            for owner in held[node]:
+                pending[owner] -= 1
+                if pending[owner] == 0 and owner not in kept:
+                    live -= own[owner]
+            for reader in readers[node]:
+                waiting[reader] -= 1
+                if waiting[reader] == 0:
+                    ready.append(reader)
+        return max(peak, live)
+
+    def _size(self, node: Expr) -> int:
+        return device_bytes(node.type, self.bindings)
+
+    def _reads(self, node: Expr) -> tuple[Expr, ...]:
+        if isinstance(node, GridRegionExpr):
+            return (*node.init_args, *_loop_inputs(node)[1])
+        return block_operands(node)
+
+    def _owners(self, node: Expr, owners: Mapping[Expr, frozenset[Expr]], outside) -> frozenset:
+        if node in outside or isinstance(node, Var):
+            return frozenset()
+        if isinstance(node, Tuple):
+            return frozenset().union(*(owners[e] for e in node.elements))
+        if _is_field(node):
+            return owners[node.args[0]]
+        return frozenset((node,))
+
+    def _transient(self, node: Expr) -> int:
+        """What `node` allocates while it runs beyond its own value: one iteration of a loop's
+        body, a called Function's intermediates."""
+        if isinstance(node, GridRegionExpr):
+            local, inputs = _loop_inputs(node)
+            return self.peak(tuple(node.yield_values), {*local, *inputs})
+        if isinstance(node, Call) and isinstance(node.target, Function):
+            return max(0, self.peaks.get(node.target, 0) - self._size(node))
+        return 0
+
+
+def _is_field(node: Expr) -> bool:
+    """A field of a tuple (`tuple_get_item`): the one op that reads a tuple into a tensor."""
+    return (
+        isinstance(node, Call)
+        and not isinstance(node.target, Function)
+        and isinstance(node.type, TensorType)
+        and len(node.args) == 1
+        and isinstance(node.args[0].type, TupleType)
+    )
+
+
+def _loop_inputs(loop: GridRegionExpr) -> tuple[frozenset[Expr], tuple[Expr, ...]]:
+    """(the loop's variables and those of the loops in its body, the outer values its body
+    reads): a body value that reads no loop variable is computed once, before the loop."""
+    order = post_order(tuple(loop.yield_values))
+    local = {v for n in (loop, *order) if isinstance(n, GridRegionExpr) for v in _variables(n)}
+    inner: set[Expr] = set()
+    for node in order:
+        if node in local or any(o in inner for o in all_operands(node)):
+            inner.add(node)
+    read = (o for n in order if n in inner for o in all_operands(n))
+    inputs = dict.fromkeys(
+        o for o in (*read, *loop.yield_values) if o not in inner and not isinstance(o, Constant)
+    )
+    return frozenset(local), tuple(inputs)
+
+
+def _variables(loop: GridRegionExpr) -> tuple[Var, ...]:
+    return (loop.induction_var, *loop.carried_args)
 
 
 def size_text(count: int) -> str:
