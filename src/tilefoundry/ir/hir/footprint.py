@@ -32,7 +32,6 @@ from tilefoundry.ir.hir.grid_region import GridRegionExpr
 from tilefoundry.ir.hir.walk import all_operands, block_operands, callees_first, iter_nodes
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim, tensor_fields
 from tilefoundry.ir.types.shard import ShardLayout, Split
-from tilefoundry.passes.graph import post_order
 
 MEMORY_ENV = "TILEFOUNDRY_MEMORY_LIMIT"
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -149,11 +148,12 @@ def peak_bytes_per_device(fn: Function, bindings: Mapping[Any, int] | None = Non
 
 class _Schedule:
     """The live bytes of a region run in the order a memory-minimising list scheduler picks:
-    of the nodes whose operands are computed, the one that grows the live bytes least next
-    (a shrinking one first: a weight gradient that frees the activations it contracts), each
-    value freed after its last reader; a checkpointed call's recompute then runs where its
-    cotangent arrives, not up front next to the forward. A Tuple or a tuple field copies nothing: it
-    keeps the values it holds alive (their owners) as long as it is read."""
+    of the nodes whose operands are computed, one that frees at least what it allocates first
+    (a weight gradient that contracts the activations it frees), else the one with the longest
+    way still to go to the result (the forward before the backward, and a checkpointed call's
+    recompute where its cotangent arrives, not up front); each value is freed after its last
+    reader. A Tuple or a tuple field copies nothing: it holds its operands alive until it is
+    freed itself."""
 
     def __init__(self, bindings: Mapping[Any, int], peaks: Mapping[Function, int]):
         self.bindings = bindings
@@ -166,38 +166,46 @@ class _Schedule:
         def reads(node: Expr) -> tuple[Expr, ...]:
             return () if node in outside else tuple(dict.fromkeys(self._reads(node)))
 
-        nodes = post_order(roots, reads)
-        owners: dict[Expr, frozenset[Expr]] = {}
-        for node in nodes:
-            owners[node] = self._owners(node, owners, outside)
-        held = {n: frozenset().union(*(owners[o] for o in reads(n))) for n in nodes}
-        kept = frozenset().union(*(owners[r] for r in roots))
-        pending = dict.fromkeys(nodes, 0)  # per owner: readers not run yet
+        nodes = list(dict.fromkeys(n for root in roots for n in iter_nodes(root, reads)))
+        own = {n: 0 if n in outside or _aliases(n) else self._size(n) for n in nodes}
+        holders = dict.fromkeys(nodes, 0)  # per node: readers (and roots) not done with it
         waiting = {n: len(reads(n)) for n in nodes}  # per node: operands not run yet
         readers: dict[Expr, list[Expr]] = {n: [] for n in nodes}
         for node in nodes:
-            for owner in held[node]:
-                pending[owner] += 1
             for operand in reads(node):
+                holders[operand] += 1
                 readers[operand].append(node)
+        for root in dict.fromkeys(roots):
+            holders[root] += 1
         rank = {node: index for index, node in enumerate(nodes)}
-        own = {n: self._size(n) if owners[n] == {n} else 0 for n in nodes}
+        ahead = _steps_to_roots(nodes, reads, readers)
 
-        def growth(node: Expr) -> tuple[int, int]:
-            freed = sum(own[o] for o in held[node] if pending[o] == 1 and o not in kept)
-            return own[node] - freed, rank[node]
+        def priority(node: Expr) -> tuple[bool, int, int, int]:
+            done = () if _aliases(node) else reads(node)
+            grown = own[node] - sum(own[o] for o in done if holders[o] == 1)
+            return grown > 0, -ahead[node], grown, rank[node]
+
+        def release(values: tuple[Expr, ...]) -> int:
+            """Drop one hold on each of `values`: the bytes that frees."""
+            freed, stack = 0, list(values)
+            while stack:
+                value = stack.pop()
+                holders[value] -= 1
+                if holders[value] == 0:
+                    freed += own[value]
+                    if _aliases(value):
+                        stack.extend(reads(value))
+            return freed
 
         ready = [n for n in nodes if waiting[n] == 0]
         live = peak = 0
         while ready:
-            node = min(ready, key=growth)
+            node = min(ready, key=priority)
             ready.remove(node)
             peak = max(peak, live + own[node] + self._transient(node))
             live += own[node]
-            for owner in held[node]:
-                pending[owner] -= 1
-                if pending[owner] == 0 and owner not in kept:
-                    live -= own[owner]
+            if not _aliases(node):
+                live -= release(reads(node))
             for reader in readers[node]:
                 waiting[reader] -= 1
                 if waiting[reader] == 0:
@@ -212,15 +220,6 @@ class _Schedule:
             return (*node.init_args, *_loop_inputs(node)[1])
         return block_operands(node)
 
-    def _owners(self, node: Expr, owners: Mapping[Expr, frozenset[Expr]], outside) -> frozenset:
-        if node in outside or isinstance(node, Var):
-            return frozenset()
-        if isinstance(node, Tuple):
-            return frozenset().union(*(owners[e] for e in node.elements))
-        if _is_field(node):
-            return owners[node.args[0]]
-        return frozenset((node,))
-
     def _transient(self, node: Expr) -> int:
         """What `node` allocates while it runs beyond its own value: one iteration of a loop's
         body, a called Function's intermediates."""
@@ -232,8 +231,26 @@ class _Schedule:
         return 0
 
 
-def _is_field(node: Expr) -> bool:
-    """A field of a tuple (`tuple_get_item`): the one op that reads a tuple into a tensor."""
+def _steps_to_roots(nodes, reads, readers) -> dict[Expr, int]:
+    """The longest chain of readers from each node to a root of its region."""
+    left = {n: len(readers[n]) for n in nodes}
+    steps = dict.fromkeys(nodes, 0)
+    stack = [n for n in nodes if not readers[n]]
+    while stack:
+        node = stack.pop()
+        for operand in reads(node):
+            steps[operand] = max(steps[operand], steps[node] + 1)
+            left[operand] -= 1
+            if left[operand] == 0:
+                stack.append(operand)
+    return steps
+
+
+def _aliases(node: Expr) -> bool:
+    """A Tuple, or a field of a tuple (`tuple_get_item`: the one op that reads a tuple into a
+    tensor): it copies nothing."""
+    if isinstance(node, Tuple):
+        return True
     return (
         isinstance(node, Call)
         and not isinstance(node.target, Function)
@@ -246,13 +263,19 @@ def _is_field(node: Expr) -> bool:
 def _loop_inputs(loop: GridRegionExpr) -> tuple[frozenset[Expr], tuple[Expr, ...]]:
     """(the loop's variables and those of the loops in its body, the outer values its body
     reads): a body value that reads no loop variable is computed once, before the loop."""
-    order = post_order(tuple(loop.yield_values))
-    local = {v for n in (loop, *order) if isinstance(n, GridRegionExpr) for v in _variables(n)}
-    inner: set[Expr] = set()
-    for node in order:
-        if node in local or any(o in inner for o in all_operands(node)):
-            inner.add(node)
-    read = (o for n in order if n in inner for o in all_operands(n))
+    nodes = list(dict.fromkeys(n for y in loop.yield_values for n in iter_nodes(y)))
+    local = {v for n in (loop, *nodes) if isinstance(n, GridRegionExpr) for v in _variables(n)}
+    readers: dict[Expr, list[Expr]] = {}
+    for node in nodes:
+        for operand in all_operands(node):
+            readers.setdefault(operand, []).append(node)
+    inner, stack = set(local), list(local)
+    while stack:  # everything that reads a loop variable, directly or through other values
+        for reader in readers.get(stack.pop(), ()):
+            if reader not in inner:
+                inner.add(reader)
+                stack.append(reader)
+    read = (o for n in nodes if n in inner for o in all_operands(n))
     inputs = dict.fromkeys(
         o for o in (*read, *loop.yield_values) if o not in inner and not isinstance(o, Constant)
     )

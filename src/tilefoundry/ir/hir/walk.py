@@ -60,8 +60,11 @@ def run_suspended_walks(
         resume(pending[-1], result)
 
 
-def iter_nodes(root: Expr) -> Iterator[Expr]:
-    """Every node reachable from `root` (loop bodies included), each once, without recursion."""
+def iter_nodes(
+    root: Expr, operands: Callable[[Expr], tuple[Expr, ...]] = all_operands
+) -> Iterator[Expr]:
+    """Every node reachable from `root` through `operands` (by default loop bodies included),
+    each once, in no particular order but always the same one, without recursion."""
     seen: set[Expr] = set()
     stack = [root]
     while stack:
@@ -70,7 +73,7 @@ def iter_nodes(root: Expr) -> Iterator[Expr]:
             continue
         seen.add(node)
         yield node
-        stack.extend(all_operands(node))
+        stack.extend(operands(node))
 
 
 def _callees(fn: Function) -> list[Function]:
