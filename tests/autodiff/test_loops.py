@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tilefoundry import Tensor, func, grad, tile
+from tilefoundry import Tensor, func, grad, tile, value_and_grad, vjp
 from tilefoundry.dsl import tf
 from tilefoundry.evaluator import evaluate
 from tilefoundry.frontend import parse_source
@@ -100,6 +100,28 @@ def test_a_stacked_weight_gets_its_gradient_row_by_row():
     got = evaluate(gradient, x, ws)
     for g, want in zip(got, stacked_gradients(x, ws), strict=True):
         np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-14)
+
+
+def test_value_and_grad_and_vjp_read_the_forward_from_the_extended_loop():
+    """The forward value comes from the loop that also stacks; vjp of the loop's (4, 8) output
+    takes its cotangent as the seed."""
+    x, ws = RNG.standard_normal((4, 8)), RNG.standard_normal((3, 8, 8)) / 3
+    value, (gx, gws) = evaluate(value_and_grad(stacked, argnums=(0, 1)), x, ws)
+    np.testing.assert_allclose(value, evaluate(stacked, x, ws), rtol=1e-14)
+    want = stacked_gradients(x, ws)
+    np.testing.assert_allclose(gx, want[0], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(gws, want[1], rtol=1e-12, atol=1e-14)
+
+    @func
+    def layers(x: Tensor[(4, 8), "f64"], ws: Tensor[(3, 8, 8), "f64"]):
+        for layer in range(3):
+            x = tf.tanh(x @ ws[layer])
+        return x
+
+    out, (dx, dws) = evaluate(vjp(layers), x, ws, np.ones((4, 8)))
+    np.testing.assert_allclose(out, np.tanh(np.tanh(np.tanh(x @ ws[0]) @ ws[1]) @ ws[2]))
+    np.testing.assert_allclose(dx, want[0], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(dws, want[1], rtol=1e-12, atol=1e-14)
 
 
 def test_the_forward_stacks_activations_and_the_backward_is_one_reversed_loop():
