@@ -170,6 +170,27 @@ def test_a_tile_loop_accumulating_in_registers_differentiates():
         np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-13)
 
 
+def test_a_tile_loop_nested_in_a_layer_loop_differentiates():
+    """Each layer's matmul walked over K tiles (an inner loop whose carry is the accumulator):
+    the inner loop's backward runs inside the outer backward's iterations."""
+
+    @func
+    def nested(x: Tensor[(4, 32), "f64"], ws: Tensor[(3, 32, 32), "f64"]):
+        for layer in range(3):
+            acc = tf.zeros((4, 32), "f64")
+            for k in tile(32, 8):
+                acc = acc + x[:, k] @ ws[layer][k]
+            x = tf.tanh(acc)
+        return tf.reduce(x, axes=(0, 1), keepdim=False, kind="sum")
+
+    x, ws = RNG.standard_normal((4, 32)), RNG.standard_normal((3, 32, 32)) / 6
+    gradient = grad(nested, argnums=(0, 1))
+    verify(gradient)
+    got = evaluate(gradient, x, ws)
+    for g, want in zip(got, stacked_gradients(x, ws), strict=True):
+        np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-14)
+
+
 def test_a_per_iteration_collective_stays_inside_the_backward_loop():
     """A column-then-row parallel block per iteration: the backward of the row projection's
     input completes its pending sum over tp (Megatron's all-reduce) once per iteration, inside
