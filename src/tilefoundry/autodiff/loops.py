@@ -22,7 +22,7 @@ carried cotangent that pends a sum at the end of an iteration is completed there
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tilefoundry.autodiff.builder import Builder
 from tilefoundry.autodiff.cotangents import Cotangent
@@ -42,9 +42,12 @@ from tilefoundry.ir.hir.grid_region import INDUCTION_TYPE
 from tilefoundry.passes.graph import typed_node
 from tilefoundry.rules import surface_entry
 
+if TYPE_CHECKING:  # backward imports this module
+    from tilefoundry.autodiff.backward import Backward
+
 
 def loop_vjp(
-    walk: Any, loop: GridRegionExpr, total: Cotangent, varied: set[Expr], ad: Builder
+    walk: Backward, loop: GridRegionExpr, total: Cotangent, varied: set[Expr], ad: Builder
 ) -> list[tuple[Expr, Expr]]:
     """(value, cotangent contribution) for the loop's differentiated initial values and frontier
     values, given the cotangent `total` of the loop's value; `walk` is the reverse walk
@@ -135,7 +138,7 @@ def _forward_row(loop: GridRegionExpr, start: int, step: int, ad: Builder):
 
 
 def _extended_forward(
-    walk: Any, loop: GridRegionExpr, values: Sequence[Expr], count: int, ad: Builder
+    walk: Backward, loop: GridRegionExpr, values: Sequence[Expr], count: int, ad: Builder
 ) -> list[Expr]:
     """The stacks of `values` (forward body values, or carries at an iteration's start): the
     forward loop extended to carry and fill them replaces `loop` (`walk.replaced`)."""
