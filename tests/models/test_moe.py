@@ -15,10 +15,12 @@ import pytest
 from models import moe_reference as reference
 from models.programs import (
     REPO,
+    TIMEOUT_S,
     assert_close,
     assert_gradients_match_central_differences,
     on_devices,
     program,
+    run_vjp_on_devices,
 )
 from tilefoundry import vjp
 from tilefoundry.evaluator import evaluate
@@ -92,6 +94,22 @@ def test_the_experts_gradient_differentiates_through_the_expert_loop():
     _, weights = evaluate(gradient, *arrays, r.astype(np.float32))
     assert_gradients_match_central_differences(
         weights, lambda *a: np.sum(reference.layer(*a) * r), arrays, (2, 3, 4), "moe experts"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("compiled", [False, True], ids=["as-written", "compiled"])
+def test_the_experts_gradient_on_8_xla_devices(devices8, compiled):
+    """The same gradient through the SPMD exit: the backward expert loop is a while loop whose
+    windows each device walks over its own experts."""
+    pytest.importorskip("jax", reason="the SPMD exit needs jax[lib]")
+    arrays = reference.inputs()
+    r = np.random.default_rng(29).standard_normal(program(LAYER).return_type.shape)
+    task = (LAYER, (2, 3, 4), (*arrays, r.astype(np.float32)), compiled)
+    status, value = devices8.submit(run_vjp_on_devices, *task).result(timeout=TIMEOUT_S)
+    assert status == "ok", value
+    assert_gradients_match_central_differences(
+        value[1], lambda *a: np.sum(reference.layer(*a) * r), arrays, (2, 3, 4), "moe experts"
     )
 
 
