@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from models.programs import assert_gradients_match_central_differences
 from tilefoundry import Tensor, func, grad, tile, value_and_grad, vjp
 from tilefoundry.dsl import tf
 from tilefoundry.evaluator import evaluate
@@ -58,6 +59,15 @@ def stacked_gradients(x, ws):
     return back, d_ws
 
 
+def assert_the_stack_gradients(fn, x, ws):
+    """`fn` computes sum(tanh(... tanh(x @ ws[0]) ... @ ws[-1])): its gradient type-checks and
+    equals `stacked_gradients`."""
+    gradient = grad(fn, argnums=(0, 1))
+    verify(gradient)
+    for g, want in zip(evaluate(gradient, x, ws), stacked_gradients(x, ws), strict=True):
+        np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-14)
+
+
 def forward_and_backward(gradient):
     """The gradient's two loops: the forward (its first carry starts at the first parameter)
     and the backward."""
@@ -94,12 +104,9 @@ def test_a_value_read_only_by_the_body_gets_its_gradient():
 
 
 def test_a_stacked_weight_gets_its_gradient_row_by_row():
-    x, ws = RNG.standard_normal((4, 8)), RNG.standard_normal((3, 8, 8)) / 3
-    gradient = grad(stacked, argnums=(0, 1))
-    verify(gradient)
-    got = evaluate(gradient, x, ws)
-    for g, want in zip(got, stacked_gradients(x, ws), strict=True):
-        np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-14)
+    assert_the_stack_gradients(
+        stacked, RNG.standard_normal((4, 8)), RNG.standard_normal((3, 8, 8)) / 3
+    )
 
 
 def test_value_and_grad_and_vjp_read_the_forward_from_the_extended_loop():
@@ -183,12 +190,9 @@ def test_a_tile_loop_nested_in_a_layer_loop_differentiates():
             x = tf.tanh(acc)
         return tf.reduce(x, axes=(0, 1), keepdim=False, kind="sum")
 
-    x, ws = RNG.standard_normal((4, 32)), RNG.standard_normal((3, 32, 32)) / 6
-    gradient = grad(nested, argnums=(0, 1))
-    verify(gradient)
-    got = evaluate(gradient, x, ws)
-    for g, want in zip(got, stacked_gradients(x, ws), strict=True):
-        np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-14)
+    assert_the_stack_gradients(
+        nested, RNG.standard_normal((4, 32)), RNG.standard_normal((3, 32, 32)) / 6
+    )
 
 
 def test_a_per_iteration_collective_stays_inside_the_backward_loop():
@@ -286,14 +290,6 @@ def program(x: Tensor[(5,), "f64"], y: Tensor[(5,), "f64"], w: Tensor[({count}, 
     arrays = [rng.uniform(-0.8, 0.8, shape) for shape in ((5,), (5,), (count, 5), (5,))]
     gradient = grad(program, argnums=(0, 1, 2, 3))
     verify(gradient)
-    got = evaluate(gradient, *arrays)
-    eps = 1e-6
-    for index, g in enumerate(got):
-        direction = rng.standard_normal(arrays[index].shape)
-        moved = [list(arrays), list(arrays)]
-        moved[0][index] = arrays[index] + eps * direction
-        moved[1][index] = arrays[index] - eps * direction
-        plus, minus = (float(evaluate(program, *m)) for m in moved)
-        numeric = (plus - minus) / (2 * eps)
-        analytic = float(np.sum(g * direction))
-        assert abs(numeric - analytic) <= 1e-6 * max(abs(analytic), 1.0), (index, source)
+    assert_gradients_match_central_differences(
+        evaluate(gradient, *arrays), lambda *a: evaluate(program, *a), arrays, (0, 1, 2, 3), source
+    )
