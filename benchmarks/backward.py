@@ -23,11 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -41,6 +38,7 @@ from _timing import (
     interleaved_medians,
     markdown_table,
     repeats_for,
+    run_device_side,
     standard_arguments,
     write_results,
 )
@@ -220,20 +218,6 @@ def step_rows(args, repeats: int) -> list[dict]:
     ]
 
 
-def run_eight_devices(args, repeats: int) -> list[dict]:
-    """`step_rows` in a subprocess whose XLA has 8 CPU devices."""
-    env = dict(os.environ)
-    flag = f"--xla_force_host_platform_device_count={DEVICES}"
-    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {flag}".strip()
-    env["JAX_PLATFORMS"] = "cpu"
-    with tempfile.TemporaryDirectory() as scratch:
-        out_file = Path(scratch) / "rows.json"
-        command = [sys.executable, __file__, "--device-side", str(out_file)]
-        command += ["--repeats", str(repeats), *(["--quick"] if args.quick else [])]
-        subprocess.run(command, env=env, check=True)
-        return json.loads(out_file.read_text())
-
-
 def main() -> None:
     parser = standard_arguments(__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, nargs="+", help=f"depths (default {LAYERS})")
@@ -252,7 +236,7 @@ def main() -> None:
             for r in rows
         ],
     )  # fmt: skip
-    steps = run_eight_devices(args, repeats)
+    steps = run_device_side(__file__, args, repeats, DEVICES)
     step_table = markdown_table(
         ["program", "run_xla µs", "jax.jit µs", "ratio", "ours resident µs", "jax resident µs",
          "resident ratio"],
