@@ -153,6 +153,7 @@ def compile_rows(args, repeats: int) -> list[dict]:
 def step_rows(args, repeats: int) -> list[dict]:
     """Runs in the subprocess with 8 host devices."""
     from communication import EXAMPLES, parse_example
+    from execute_xla import timed_row
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     from tilefoundry.exits.runtimes.xla_spmd import spmd_function
@@ -176,46 +177,33 @@ def step_rows(args, repeats: int) -> list[dict]:
         jax.grad(jax_loss, argnums=argnums), in_shardings=shardings, out_shardings=shardings
     )
 
-    def ours():
-        return run_xla(fused, *arrays, devices=DEVICES)
-
-    def peer():
-        return [np.asarray(g) for g in jitted(*arrays)]
-
-    worst = 0.0
-    for index, (g, w) in enumerate(zip(ours(), peer(), strict=True)):
-        same, error = allclose(g, w)
+    pairs = zip(run_xla(fused, *arrays, devices=DEVICES), jitted(*arrays), strict=True)
+    for index, (g, w) in enumerate(pairs):
+        same, error = allclose(g, np.asarray(w))
         if not same:
             raise SystemExit(f"{example.name}: gradient {index} differs ({error:.2e})")
-        worst = max(worst, error)
     call = spmd_function(fused, DEVICES, {}).call
     placed = [jax.device_put(a, s) for a, s in zip(arrays, shardings, strict=True)]
 
-    def resident_ours():
-        return [o.block_until_ready() for o in call(*placed)]
+    def flat(gradients) -> np.ndarray:
+        """The 10 gradients as one array, for timed_row's check (the same copy on both sides)."""
+        return np.concatenate([np.ravel(np.asarray(g)) for g in gradients])
 
-    def resident_peer():
-        return [g.block_until_ready() for g in jitted(*placed)]
+    def resident_peer():  # every gradient waited for; the first one checked
+        first, *_ = (g.block_until_ready() for g in jitted(*placed))
+        return first
 
-    min_sample_s = 0.0 if args.quick else 0.02
-    ours_s, peer_s = interleaved_medians(ours, peer, repeats, min_sample_s=min_sample_s)
-    code_ours_s, code_peer_s = interleaved_medians(
-        resident_ours, resident_peer, repeats, min_sample_s=min_sample_s
+    row = timed_row(
+        f"grad {example.name}",
+        [list(shape) for shape in example.shapes],
+        lambda: flat(run_xla(fused, *arrays, devices=DEVICES)),
+        lambda: flat(jitted(*arrays)),
+        lambda: [o.block_until_ready() for o in call(*placed)],
+        resident_peer,
+        args,
+        repeats,
     )
-    print(f"grad {example.name}: {ours_s * 1e6:.0f} µs vs {peer_s * 1e6:.0f} µs", flush=True)
-    return [
-        {
-            "program": f"grad {example.name}",
-            "inputs": [list(shape) for shape in example.shapes],
-            "ours_s": ours_s,
-            "jax_s": peer_s,
-            "ratio": ours_s / peer_s,
-            "ours_device_resident_s": code_ours_s,
-            "jax_device_resident_s": code_peer_s,
-            "device_resident_ratio": code_ours_s / code_peer_s,
-            "max_relative_error": worst,
-        }
-    ]
+    return [row]
 
 
 def main() -> None:
