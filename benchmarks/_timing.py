@@ -13,6 +13,9 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -122,3 +125,18 @@ def write_results(out_dir: Path, script: str, payload: dict[str, Any]) -> Path:
     }
     path.write_text(json.dumps(document, indent=2) + "\n")
     return path
+
+
+def run_device_side(script: str, args: argparse.Namespace, repeats: int, devices: int) -> Any:
+    """`script --device-side FILE` run in a subprocess whose XLA has `devices` CPU devices (this
+    process keeps one), and the JSON it writes to FILE."""
+    env = dict(os.environ)
+    flag = f"--xla_force_host_platform_device_count={devices}"
+    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {flag}".strip()
+    env["JAX_PLATFORMS"] = "cpu"
+    with tempfile.TemporaryDirectory() as scratch:
+        out_file = Path(scratch) / "rows.json"
+        command = [sys.executable, script, "--device-side", str(out_file)]
+        command += ["--repeats", str(repeats), *(["--quick"] if args.quick else [])]
+        subprocess.run(command, env=env, check=True)
+        return json.loads(out_file.read_text())

@@ -30,10 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -46,6 +43,7 @@ from _timing import (
     interleaved_medians,
     markdown_table,
     repeats_for,
+    run_device_side,
     standard_arguments,
     write_results,
 )
@@ -204,20 +202,6 @@ def eight_device_rows(args, repeats):
     return rows
 
 
-def run_eight_devices(args, repeats):
-    """`eight_device_rows` in a subprocess whose XLA has 8 CPU devices."""
-    env = dict(os.environ)
-    flag = f"--xla_force_host_platform_device_count={DEVICES}"
-    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {flag}".strip()
-    env["JAX_PLATFORMS"] = "cpu"
-    with tempfile.TemporaryDirectory() as scratch:
-        out_file = Path(scratch) / "rows.json"
-        command = [sys.executable, __file__, "--device-side", str(out_file)]
-        command += ["--repeats", str(repeats), *(["--quick"] if args.quick else [])]
-        subprocess.run(command, env=env, check=True)
-        return json.loads(out_file.read_text())
-
-
 def table_of(rows):
     return markdown_table(
         [
@@ -257,7 +241,7 @@ def main() -> None:
         args.device_side.write_text(json.dumps(eight_device_rows(args, repeats)))
         return
     rows = one_device_rows(args, repeats)
-    rows8 = run_eight_devices(args, repeats)
+    rows8 = run_device_side(__file__, args, repeats, DEVICES)
     table, table8 = table_of(rows), table_of(rows8)
     geomean = geometric_mean([r["ratio"] for r in rows])
     resident_geomean = geometric_mean([r["device_resident_ratio"] for r in rows])

@@ -165,34 +165,6 @@ def test_an_op_without_a_rule_is_refused_up_front_at_its_line():
     assert "test_api.py" in str(err.value)
 
 
-def test_a_loop_over_a_differentiated_value_is_refused_at_its_line():
-    @func
-    def repeated(x: Tensor[(4,), "f64"]):
-        for _ in range(3):
-            x = x * x
-        return tf.reduce(x, axes=(0,), keepdim=False, kind="sum")
-
-    with pytest.raises(UnsupportedError, match=r"GridRegionExpr: .* loop") as err:
-        grad(repeated)
-    assert "test_api.py" in str(err.value)
-
-
-def test_a_loop_whose_body_reads_a_differentiated_value_is_refused_never_a_zero_gradient():
-    """The loop carries only `out` (from zeros); `w` reaches the output through what the body
-    reads from outside the loop (the expert loop of examples/moe.py reads its weights so)."""
-
-    @func
-    def row_products(x: Tensor[(4, 3), "f64"], w: Tensor[(4, 3), "f64"]):
-        out = tf.zeros((4, 3), "f64")
-        for i in range(4):
-            out[i] = x[i] * w[i]
-        return tf.reduce(out, axes=(0, 1), keepdim=False, kind="sum")
-
-    with pytest.raises(UnsupportedError, match=r"GridRegionExpr: .* loop") as err:
-        grad(row_products, argnums=1)
-    assert "test_api.py" in str(err.value)
-
-
 def test_a_compiled_program_is_differentiated_before_compile_not_after():
     fused = compile_pipeline(loss)[0]
     with pytest.raises(UnsupportedError, match=r"FusionRegion: .* before `compile`"):

@@ -1,8 +1,9 @@
 """The examples differentiate (issue 25 item 2: the ops examples/mlp.py, transformer_block.py,
-megatron_mlp.py and mesh_2d.py use have rules): the gradient of loss = sum(f(...) * R) with
-respect to every float parameter type-checks, gives every parameter's gradient its parameter's
-type, and on the mesh simulator reproduces the directional derivatives of the forward program:
-central differences on the evaluator of the example's float64 twin (its source with f32 spelled
+megatron_mlp.py and mesh_2d.py use have rules; item 4: the tile loops of tiled_matmul.py,
+online_softmax.py and flash_attention.py): the gradient of loss = sum(f(...) * R) with respect to
+every float parameter type-checks, gives every parameter's gradient its parameter's type, and on
+the mesh simulator reproduces the directional derivatives of the forward program: central
+differences on the evaluator of the example's float64 twin (its source with f32 spelled
 f64), whose gradient the float32 example's must also match."""
 
 from pathlib import Path
@@ -27,6 +28,9 @@ PROGRAMS = [
     ("transformer_block", "transformer_block"),
     ("megatron_mlp", "megatron_mlp"),
     ("mesh_2d", "mesh_2d"),
+    ("tiled_matmul", "tiled_matmul"),  # tile loops (issue 25 item 4): a register accumulator,
+    ("online_softmax", "online_softmax"),  # a running max and sum,
+    ("flash_attention", "flash_attention"),  # and both, over smem tiles
 ]
 
 

@@ -16,7 +16,14 @@ pytestmark = pytest.mark.slow  # every test here runs a benchmark script in a su
 pytest.importorskip("jax", reason="the benchmarks compare against jax")
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-SCRIPTS = ["compile_scaling", "execute_xla", "reference_eval", "fusion_traffic", "communication"]
+SCRIPTS = [
+    "compile_scaling",
+    "execute_xla",
+    "reference_eval",
+    "fusion_traffic",
+    "communication",
+    "backward",
+]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

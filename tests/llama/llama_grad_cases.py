@@ -23,7 +23,7 @@ from tilefoundry.dsl import tf
 from tilefoundry.ir.core import Call, Constant, Tuple, Var
 from tilefoundry.ir.hir import Function
 
-VARIANTS = ("llama_tp", "llama_dp_tp", "llama_sp")
+VARIANTS = ("llama_tp", "llama_dp_tp", "llama_sp", "llama_stack")
 PARAMETERS = ("x", *reference.WEIGHT_NAMES)
 
 COLUMN, ROW, REPLICATED = (None, "tp"), ("tp", None), (None,)
@@ -32,11 +32,13 @@ SPECS = {
     "llama_tp": ((None, None, None), *WEIGHT_SPECS),
     "llama_dp_tp": (("dp", None, None), *WEIGHT_SPECS),
     "llama_sp": ((None, "tp", None), *WEIGHT_SPECS),
+    "llama_stack": ((None, None, None), *((None, *spec) for spec in WEIGHT_SPECS)),
 }
 """Each parameter's sharding as a JAX PartitionSpec (the DSL annotations of examples/llama.py)."""
 
 RESIDUAL_SPEC = {"llama_tp": (None,) * 3, "llama_dp_tp": ("dp", None, None)}
 RESIDUAL_SPEC["llama_sp"] = (None, "tp", None)
+RESIDUAL_SPEC["llama_stack"] = RESIDUAL_SPEC["llama_tp"]
 """Where the DSL program reshards each row projection's pending sum (JAX's constraint there)."""
 
 
@@ -86,9 +88,9 @@ def accumulation_step(name: str) -> Function:
 def numpy_loss(name: str, arrays: tuple[np.ndarray, ...]) -> float:
     """The float64 numpy reference of the loss."""
     x, *weights = arrays
-    out = reference.layer(
-        x, dict(zip(reference.WEIGHT_NAMES, weights, strict=True)), cases.config()
-    )
+    named = dict(zip(reference.WEIGHT_NAMES, weights, strict=True))
+    forward = reference.stack if name == "llama_stack" else reference.layer
+    out = forward(x, named, cases.config())
     return float(np.mean(out * projection(name).astype(np.float64)))
 
 
@@ -131,7 +133,15 @@ def jax_loss(name: str, constrain: Any = None):
         g = rms_norm(x, mlp_norm)
         return x + place((jax.nn.silu(g @ w_gate) * (g @ w_up)) @ w_down, residual)
 
-    return lambda *arrays: jnp.mean(layer(*arrays) * r)
+    if name != "llama_stack":
+        return lambda *arrays: jnp.mean(layer(*arrays) * r)
+
+    def stack(x, *stacked):
+        """The layer once per row of the stacked weights, as a scan (JAX's loop over layers)."""
+        out, _ = jax.lax.scan(lambda carry, weights: (layer(carry, *weights), None), x, stacked)
+        return out
+
+    return lambda *arrays: jnp.mean(stack(*arrays) * r)
 
 
 def assert_gradients_match(got: Any, want: Any, what: str) -> None:

@@ -5,6 +5,7 @@ programs. Only names, numpy arrays and plain records cross the process boundary.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,29 @@ def jax_collectives(hlo_text: str) -> list[tuple[str, int, int]]:
     return [(c["kind"], c["out_bytes"], c["bytes"]) for c in hlo_collectives(hlo_text)]
 
 
+def loop_collectives(hlo_text: str) -> list[str]:
+    """The kind of each collective of a compiled HLO module that sits in the body of a while
+    loop (a computation named as some `while`'s `body=`)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    from communication import hlo_collectives
+
+    bodies = set(re.findall(r"\bwhile\(.*?body=%?([\w.-]+)", hlo_text))
+    computations = re.split(r"\n(?=(?:ENTRY )?%?[\w.-]+ \()", hlo_text)
+    return [
+        c["kind"]
+        for text in computations
+        if re.match(r"(?:ENTRY )?%?([\w.-]+)", text.lstrip()).group(1) in bodies
+        for c in hlo_collectives(text)
+    ]
+
+
 def ours(name: str, arrays: tuple, compiled: bool) -> tuple[str, Any]:
-    """("ok", (gradients, collectives, compiled collectives)) or ("error", "<Class>: <message>"):
-    the collectives the SPMD exit writes, (kind, mesh axes, result bytes, operand bytes) per
-    device, and those XLA's compiled executable holds (`jax_collectives`; it partitions nothing
-    itself, so the two agree)."""
+    """("ok", (gradients, collectives, compiled collectives, kinds in loops)) or
+    ("error", "<Class>: <message>"): the collectives the SPMD exit writes, (kind, mesh axes,
+    result bytes, operand bytes, trips) per device, once per instruction in the module (one in a
+    loop body runs `trips` times); those XLA's compiled executable holds (`jax_collectives`; it
+    partitions nothing itself, so the two agree); and the kinds of the compiled collectives that
+    sit in a while loop."""
     from llama.llama_grad_cases import gradient
     from tilefoundry.exits.runtimes.xla import run_xla
     from tilefoundry.exits.runtimes.xla_spmd import _compile
@@ -38,13 +57,19 @@ def ours(name: str, arrays: tuple, compiled: bool) -> tuple[str, Any]:
             fn = compile_pipeline(fn)[0]
         result = run_xla(fn, *arrays, devices=8)
         report = [
-            (e.kind.replace("_", "-"), e.mesh_axes, e.result_bytes_per_device, e.bytes_per_device)
+            (
+                e.kind.replace("_", "-"),
+                e.mesh_axes,
+                e.result_bytes_per_device,
+                e.bytes_per_device,
+                e.count // e.emitted,
+            )
             for e in collective_report(fn)
-            for _ in range(e.count)
+            for _ in range(e.emitted)
         ]
         executable, _ = _compile(emit_spmd(fn), 8)
         hlo = "\n".join(module.to_string() for module in executable.hlo_modules())
-        return "ok", (tuple(result), report, jax_collectives(hlo))
+        return "ok", (tuple(result), report, jax_collectives(hlo), loop_collectives(hlo))
     except Exception as err:  # reported to the test, which decides what it means
         return "error", f"{type(err).__name__}: {getattr(err, 'message', err)}"
 

@@ -1,7 +1,8 @@
 """The gradient of the Llama layer, every sharding (issue 25 "Done when", DESIGN §4.18).
 
-For examples/llama.py's TP (8 devices), DP x TP (2 x 4) and sequence-parallel layers, the
-gradient of loss = mean(layer(x) * R) with respect to the input and every weight:
+For examples/llama.py's TP (8 devices), DP x TP (2 x 4) and sequence-parallel layers and its
+stacked-layer loop (issue 25 item 4), the gradient of loss = mean(layer(x) * R) with respect to
+the input and every weight:
 - passes `check` (the verifier re-types every node);
 - on the mesh simulator equals `jax.grad` of the same math (f32, rel 1e-5 of each gradient's
   scale) and reproduces the float64 numpy layer's directional derivatives;
@@ -11,7 +12,8 @@ gradient of loss = mean(layer(x) * R) with respect to the input and every weight
   backward adds Megatron's 2 all-reduces (one per column-parallel block's input gradient; the
   norm weights, replicated over tp, need none), each DP parameter gradient is all-reduced once
   over dp, and with `reduce_gradients=False` a DP weight gradient stays `Partial(sum)`, so two
-  micro-batches are reduced once.
+  micro-batches are reduced once; the stacked layers' backward is a loop whose iterations each
+  all-reduce like one layer's backward, inside the compiled while loop.
 """
 
 from collections import Counter
@@ -114,18 +116,19 @@ def _backward(name: str, ours: list) -> list:
 
 @pytest.fixture(scope="module")
 def our_collectives(devices8):
-    """Our collectives per variant, as the SPMD exit records them; the compiled executable
+    """Our collectives per variant, as the SPMD exit records them (once per instruction), and
+    the kinds of those the compiled HLO holds inside a while loop; the compiled executable
     moves exactly these bytes (XLA adds no collective to a manually partitioned module; it may
     combine several all-reduces into one)."""
     result = {}
     for name in grads.VARIANTS:
         status, value = _on_devices(devices8, worker.ours, name, cases.inputs(name), False)
         assert status == "ok", value
-        _, report, compiled = value
+        _, report, compiled, in_loops = value
         assert _bytes_by_kind((c[0], c[2]) for c in report) == _bytes_by_kind(
             (kind, out) for kind, out, _ in compiled
         ), name
-        result[name] = report
+        result[name] = report, in_loops
     return result
 
 
@@ -138,13 +141,13 @@ def _bytes_by_kind(collectives) -> dict[str, int]:
 
 
 def test_the_tp_backward_has_megatrons_two_all_reduces(our_collectives):
-    backward = _backward("llama_tp", our_collectives["llama_tp"])
+    backward = _backward("llama_tp", our_collectives["llama_tp"][0])
     assert backward == [("all-reduce", "tp", ACTIVATION_BYTES)] * 2
 
 
 def test_dp_parameter_gradients_are_all_reduced_once_each(our_collectives):
     """Over dp: one all-reduce per parameter (its local 1/tp block); over tp: Megatron's 2."""
-    backward = _backward("llama_dp_tp", our_collectives["llama_dp_tp"])
+    backward = _backward("llama_dp_tp", our_collectives["llama_dp_tp"][0])
     over_tp = [c for c in backward if c[1] == "tp"]
     over_dp = [c for c in backward if c[1] == "dp"]
     assert over_tp == [("all-reduce", "tp", ACTIVATION_BYTES // 2)] * 2
@@ -160,17 +163,30 @@ def test_dp_parameter_gradients_are_all_reduced_once_each(our_collectives):
 def test_sequence_parallel_backward_reduce_scatters_the_input_gradients(our_collectives):
     """The all-gathers before attention and the MLP transpose to reduce-scatters; the
     sequence-split norm weights' gradients are all-reduced (as Megatron-SP does)."""
-    backward = _backward("llama_sp", our_collectives["llama_sp"])
+    backward = _backward("llama_sp", our_collectives["llama_sp"][0])
     kinds = sorted(c[0] for c in backward)
     assert kinds == ["all-gather", "all-reduce", "all-reduce", "reduce-scatter", "reduce-scatter"]
     assert all(c[2] == 64 * 4 for c in backward if c[0] == "all-reduce")
 
 
+def test_the_stacked_layers_backward_all_reduces_inside_its_loop(our_collectives):
+    """The stacked-layer loop's gradient: a forward loop and a backward loop over the layers,
+    each iteration with its layer's 2 all-reduces over tp (the forward's row projections, then
+    Megatron's 2 in the backward), every one inside a while loop of the compiled HLO and run
+    once per layer; nothing is communicated outside the loops."""
+    report, in_loops = our_collectives["llama_stack"]
+    layers = int(cases.program("llama_stack").params[1].type.shape[0])
+    assert [c[:3] for c in report] == [("all-reduce", "tp", ACTIVATION_BYTES)] * 4
+    assert all(c[4] == layers for c in report)
+    assert in_loops == ["all-reduce"] * 4
+
+
 @pytest.mark.parametrize("name", grads.VARIANTS)
 def test_never_more_bytes_per_device_than_jax(name, our_collectives, jax_side):
     """Per device, what every collective puts in and what it gets back, summed over the
-    gradient program: ours against JAX's compiled `jax.jit(jax.grad(...))`."""
-    ours = [sum(c[i] for c in our_collectives[name]) for i in (3, 2)]
+    gradient program's instructions: ours against JAX's compiled `jax.jit(jax.grad(...))` (for
+    the stacked layers, both loop over the layers: one iteration's collectives each)."""
+    ours = [sum(c[i] for c in our_collectives[name][0]) for i in (3, 2)]
     theirs = [sum(c[i] for c in jax_side[name][1]) for i in (2, 1)]
     assert 0 < ours[0] <= theirs[0] and 0 < ours[1] <= theirs[1], (ours, theirs)
 

@@ -48,6 +48,24 @@ def run_on_devices(name: str, arrays: tuple, compiled: bool) -> tuple[str, Any]:
         return "error", f"{type(err).__name__}: {getattr(err, 'message', err)}"
 
 
+def run_vjp_on_devices(
+    name: str, argnums: tuple[int, ...], arrays: tuple, compiled: bool
+) -> tuple[str, Any]:
+    """`run_on_devices` of `vjp(program(name), argnums)`: arrays end with the output's
+    cotangent; the result is (outputs, cotangents of the argnums)."""
+    from tilefoundry import vjp
+    from tilefoundry.exits.runtimes.xla import run_xla
+    from tilefoundry.passes import compile as compile_pipeline
+
+    try:
+        fn = vjp(program(name), argnums=argnums)
+        if compiled:
+            fn = compile_pipeline(fn)[0]
+        return "ok", run_xla(fn, *arrays, devices=8)
+    except Exception as err:  # reported to the test, which fails with the message
+        return "error", f"{type(err).__name__}: {getattr(err, 'message', err)}"
+
+
 def on_devices(pool, name: str, arrays: tuple, compiled: bool = False) -> Any:
     status, value = pool.submit(run_on_devices, name, arrays, compiled).result(timeout=TIMEOUT_S)
     assert status == "ok", value

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from tilefoundry.analysis import TypeInferContext
-from tilefoundry.autodiff.backward import backward
+from tilefoundry.autodiff.backward import Backward
 from tilefoundry.autodiff.builder import Builder, is_float_tensor
 from tilefoundry.autodiff.calls import inline_differentiated_calls
 from tilefoundry.autodiff.reshard_policy import cotangent_layout, parameter_gradient
@@ -120,8 +120,9 @@ def _differentiate(
 ) -> tuple[Expr, list[Expr]]:
     """(the forward value, the gradient of each chosen parameter, typed as documented)."""
     wrt = [fn.params[i] for i in chosen]
-    forward = inline_differentiated_calls(fn.body, frozenset(wrt))
-    totals = backward(forward, seed, wrt, ctx)
+    forward = inline_differentiated_calls(fn.body, wrt)
+    walk = Backward(ctx)
+    totals = walk.region([forward], [seed], leaves=wrt, varied_leaves=wrt)
     ad = Builder(ctx, fn)
     gradients = []
     for param in wrt:
@@ -131,6 +132,7 @@ def _differentiate(
         gradients.append(
             parameter_gradient(total, param.type, ad, reduce_gradients=reduce_gradients)
         )
+    forward, *gradients = walk.finish([forward, *gradients])
     return forward, gradients
 
 

@@ -1,12 +1,15 @@
-"""The reverse walk: from the output cotangents back to the differentiated parameters.
+"""The reverse walk: from the output cotangents back to the differentiated values.
 
-The forward body is walked once in reverse post-order (every user of a value before the value),
-so a value's cotangent is complete when its turn comes: its contributions are summed
-(`cotangents`), settled to a state its rule may read (`reshard_policy.settled`), and handed to the
-rule its op registered (the VJP registry: this module never imports an op module), which returns
-one contribution per input. Only values that depend on a differentiated parameter and have a float
-type receive cotangents; an op that registered a zero cotangent stops the walk, and an op with no
-rule on the path is refused, naming the op and its line.
+A region (the function's body; a loop body, from its yields down to its carries and frontier; a
+recomputed call's body, down to its arguments) is walked once in reverse post-order (every user
+of a value before the value), so a value's cotangent is complete when its turn comes: its
+contributions are summed (`cotangents`), settled to a state its rule may read
+(`reshard_policy.settled`), and handed to the rule its op registered (the VJP registry: this
+module never imports an op module), which returns one contribution per input. Only values that
+depend on a differentiated value and have a float type receive cotangents (`varied`); an op that
+registered a zero cotangent stops the walk, and an op with no rule on the path is refused, naming
+the op and its line. A loop differentiates as a scan (`loops`), a call of a checkpointed Function
+by recomputing its body there (`remat`).
 """
 
 from __future__ import annotations
@@ -14,82 +17,99 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tilefoundry.analysis import TypeInferContext, describe
-from tilefoundry.autodiff.builder import Builder, is_float_tensor
+from tilefoundry.autodiff.builder import Builder
+from tilefoundry.autodiff.calls import inline_differentiated_calls
 from tilefoundry.autodiff.cotangents import Accumulator, Cotangent
+from tilefoundry.autodiff.loops import loop_vjp
+from tilefoundry.autodiff.remat import is_checkpointed
 from tilefoundry.autodiff.reshard_policy import settled
+from tilefoundry.autodiff.rewrite import substitute
+from tilefoundry.autodiff.varied import region_order, varied_nodes
 from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
-from tilefoundry.ir.core.graph import post_order
-from tilefoundry.ir.hir import GridRegionExpr
+from tilefoundry.ir.hir import Function, GridRegionExpr
 from tilefoundry.ir.types import TensorType, TupleType
-from tilefoundry.rules import VJP, VJP_TAKES_PENDING, ZERO_COTANGENT
+from tilefoundry.rules import VJP, VJP_TAKES_PENDING
 from tilefoundry.sharding.shard_reading import pending_partials
 
 
-def differentiable(type_: object) -> bool:
-    """Whether a value of `type_` carries a cotangent (a float tensor, or a tuple holding one)."""
-    if isinstance(type_, TupleType):
-        return any(differentiable(field) for field in type_.fields)
-    return is_float_tensor(type_)
+class Backward:
+    """One transform's reverse walks. `replaced` maps each differentiated loop to the value of
+    the forward loop extended to stack what its backward reads (`finish` swaps them in)."""
 
+    def __init__(self, ctx: TypeInferContext):
+        self.ctx = ctx
+        self.ad = Builder(ctx)
+        self.replaced: dict[Expr, Expr] = {}
 
-def varied_nodes(order: Sequence[Expr], wrt: frozenset[Var]) -> set[Expr]:
-    """The nodes whose value depends on a differentiated parameter through float values. A
-    loop depends on what its body reads from outside it as well as on its carries' initial
-    values, so a loop reading a differentiated weight is refused, never a zero gradient."""
-    varied: set[Expr] = set()
-    for node in order:
-        if not differentiable(node.type):
-            continue
-        if node in wrt:
-            varied.add(node)
-        elif any(o in varied for o in node.operands()):
-            if isinstance(node, Call) and ZERO_COTANGENT.has(type(node.target)):
+    def region(
+        self,
+        roots: Sequence[Expr],
+        seeds: Sequence[Cotangent],
+        leaves: Sequence[Expr],
+        varied_leaves: Sequence[Expr],
+    ) -> dict[Expr, Cotangent]:
+        """Each of `leaves` -> the sum of its cotangent contributions (None: it does not reach a
+        root), given the cotangent `seeds[i]` of `roots[i]`; only `varied_leaves` are
+        differentiated, and the walk does not go below a leaf."""
+        order = region_order(roots, leaves)
+        varied = varied_nodes(order, varied_leaves)
+        accumulator = Accumulator()
+        for root, seed in zip(roots, seeds, strict=True):
+            if root in varied:
+                accumulator.add(root, seed, "the output cotangent")
+        stop = frozenset(leaves)
+        for node in reversed(order):
+            if node in stop or not accumulator.has(node) or isinstance(node, Var | Constant):
                 continue
-            varied.add(node)
-    return varied
+            ad = self.ad.at(node)
+            total = accumulator.total(node, ad)
+            for value, contribution in self._contributions(node, total, varied, ad):
+                accumulator.add(value, contribution, describe(node))
+        return {leaf: accumulator.total(leaf, self.ad) for leaf in dict.fromkeys(leaves)}
 
+    def finish(self, roots: Sequence[Expr]) -> list[Expr]:
+        """`roots` with every differentiated loop replaced by its stacking form."""
+        if not self.replaced:
+            return list(roots)
+        memo = substitute(roots, self.replaced, self.ctx)
+        return [memo[r] for r in roots]
 
-def backward(
-    root: Expr, seed: Cotangent, wrt: Sequence[Var], ctx: TypeInferContext
-) -> dict[Var, Expr | None]:
-    """Each parameter of `wrt` -> the sum of its cotangent contributions (None: it does not
-    reach the output), given the output cotangent `seed` of `root`."""
-    wanted = frozenset(wrt)
-    order = post_order((root,))
-    varied = varied_nodes(order, wanted)
-    ad = Builder(ctx)
-    accumulator = Accumulator()
-    if root in varied:
-        accumulator.add(root, seed, "the output cotangent")
-    for node in reversed(order):
-        if not accumulator.has(node) or isinstance(node, Var | Constant):
-            continue
-        total = accumulator.total(node, ad.at(node))
+    def _contributions(self, node: Expr, total: Cotangent, varied: set[Expr], ad: Builder):
         if isinstance(node, Tuple):
-            for element, part in zip(node.elements, total, strict=True):
-                if element in varied:
-                    accumulator.add(element, part, "Tuple")
-        elif isinstance(node, Call) and isinstance(node.target, Op):
-            _apply_rule(node, total, varied, accumulator, ad.at(node))
-        elif isinstance(node, GridRegionExpr):
-            raise UnsupportedError(
-                "GridRegionExpr: reverse-mode differentiation through a loop that carries a "
-                "differentiated value, or whose body reads one, is not supported yet; write the "
-                "iterations out as calls of one @func, or differentiate one iteration's @func",
-                location=source_span(node),
-            )
-        else:
-            raise UnsupportedError(
-                f"{describe(node)}: reverse-mode differentiation does not handle this node",
-                location=source_span(node),
-            )
-    return {var: accumulator.total(var, ad) for var in wrt}
+            return [
+                (element, part)
+                for element, part in zip(node.elements, total, strict=True)
+                if element in varied
+            ]
+        if isinstance(node, GridRegionExpr):
+            return loop_vjp(self, node, total, varied, ad)
+        if isinstance(node, Call) and isinstance(node.target, Op):
+            return _rule_contributions(node, total, varied, ad)
+        if (
+            isinstance(node, Call)
+            and isinstance(node.target, Function)
+            and is_checkpointed(node.target)
+        ):
+            return self._recomputed(node, total, varied)
+        raise UnsupportedError(
+            f"{describe(node)}: reverse-mode differentiation does not handle this node",
+            location=source_span(node),
+        )
+
+    def _recomputed(self, call: Call, total: Cotangent, varied: set[Expr]):
+        """A checkpointed call: its callee's body inlined here, from the call's arguments, and
+        differentiated (the forward of the callee runs again in the backward)."""
+        callee = call.target
+        params = dict(zip(callee.params, call.args, strict=True))
+        memo = substitute((callee.body,), params, self.ctx)
+        wanted = [a for a in dict.fromkeys(call.args) if a in varied]
+        body = inline_differentiated_calls(memo[callee.body], wanted, stop=call.args)
+        totals = self.region([body], [total], leaves=call.args, varied_leaves=wanted)
+        return [(arg, totals[arg]) for arg in wanted]
 
 
-def _apply_rule(
-    call: Call, total: Cotangent, varied: set[Expr], accumulator: Accumulator, ad: Builder
-) -> None:
+def _rule_contributions(call: Call, total: Cotangent, varied: set[Expr], ad: Builder):
     op_class = type(call.target)
     if not VJP.has(op_class):
         ad.refuse(
@@ -101,9 +121,11 @@ def _apply_rule(
         total = _settled(total, call.type, ad)
     try:
         thunks = VJP.lookup(op_class)(call, total, ad)
-        for arg, thunk in zip(call.args, thunks, strict=True):
-            if thunk is not None and arg in varied:
-                accumulator.add(arg, thunk(), describe(call))
+        return [
+            (arg, thunk())
+            for arg, thunk in zip(call.args, thunks, strict=True)
+            if thunk is not None and arg in varied
+        ]
     except VerifyError as err:
         raise ad.located(err) from None
 

@@ -75,6 +75,13 @@ class Builder:
         attrs = tuple(B if isinstance(a, Partial) else a for a in layout.attrs)
         return self.reshard(zeros, ShardLayout(layout.layout, attrs, layout.mesh))
 
+    def zeros_of(self, type_: TensorType) -> Expr:
+        """A zero of exactly `type_` (its layout a local slice of a replicated zero)."""
+        shape, layout = tuple(type_.shape), type_.layout
+        if isinstance(layout, ShardLayout):
+            return self.reshard(self.tf.zeros(shape, type_.dtype), layout, type_.storage)
+        return self.tf.zeros(shape, type_.dtype, storage=type_.storage)
+
     def sum_to(self, cotangent: Expr, shape: Sequence[Any]) -> Expr:
         """The transpose of torch broadcasting `shape` up to `cotangent`'s shape: sum over the
         leading axes broadcasting added and over the size-1 axes it stretched.

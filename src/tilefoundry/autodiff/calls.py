@@ -4,35 +4,47 @@ Each Call of a Function targets the Function elaborated for that call site's arg
 (hir §1.1), so inlining the target's body at the call site, with its parameters replaced by the
 call's arguments, gives the forward program the backward walk differentiates: one body per call
 site, typed exactly as that site was. Only calls that read a differentiated value are inlined
-(the others stay calls and compute no cotangent); a callee that calls another is inlined one level
-per pass, so the depth of nested calls costs passes, not Python frames.
+(the others stay calls and compute no cotangent); inside a loop body every carry counts as
+differentiated, since which carries are is only known once the body is walked. A callee that
+calls another is inlined one level per pass, so the depth of nested calls costs passes, not
+Python frames. A call of a checkpointed Function (`remat.checkpoint`) stays a call: the backward
+recomputes its body where it differentiates it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from tilefoundry.analysis import TypeInferContext
+from tilefoundry.autodiff.remat import is_checkpointed
+from tilefoundry.autodiff.rewrite import rebuilt, substitute
 from tilefoundry.errors import UnsupportedError
-from tilefoundry.ir.core import Call, Constant, Expr, Tuple, Var, source_span
+from tilefoundry.ir.core import Call, Expr, source_span
 from tilefoundry.ir.core.graph import post_order
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
-from tilefoundry.passes.graph import copy_call, typed_node
 
 
-def inline_differentiated_calls(root: Expr, wrt: frozenset[Var]) -> Expr:
-    """`root` with every Function call that reads a value depending on `wrt` inlined."""
+def inline_differentiated_calls(root: Expr, wrt: Iterable[Expr], stop: Iterable[Expr] = ()) -> Expr:
+    """`root` with every Function call that reads a value depending on `wrt` inlined (the graph
+    below the values of `stop` is left as it is)."""
+    wrt, stop = frozenset(wrt), frozenset(stop)
     while True:
-        inlined = _inline_once(root, wrt)
+        inlined = _inline_once(root, wrt, stop)
         if inlined is root:
             return root
         root = inlined
 
 
-def _inline_once(root: Expr, wrt: frozenset[Var]) -> Expr:
+def _inline_once(root: Expr, wrt: frozenset[Expr], stop: frozenset[Expr]) -> Expr:
     ctx = TypeInferContext()
     memo: dict[Expr, Expr] = {}
+    order = post_order((root,), lambda n: () if n in stop else n.operands())
     varied: set[Expr] = set(wrt)
-    for node in post_order((root,)):
-        new = _copy(node, memo, varied, ctx)
+    for node in order:
+        if isinstance(node, GridRegionExpr):
+            varied.update(node.carried_args)
+    for node in order:
+        new = node if node in stop else _copy(node, memo, varied, ctx)
         memo[node] = new
         if node in varied or any(memo.get(o) in varied for o in node.block_operands()):
             varied.add(new)
@@ -40,54 +52,23 @@ def _inline_once(root: Expr, wrt: frozenset[Var]) -> Expr:
 
 
 def _copy(node: Expr, memo: dict, varied: set, ctx: TypeInferContext) -> Expr:
-    if isinstance(node, Var | Constant):
-        return memo.get(node, node)
-    if isinstance(node, Tuple):
-        elements = tuple(memo[e] for e in node.elements)
-        if all(a is b for a, b in zip(elements, node.elements, strict=True)):
-            return node
-        return typed_node(Tuple(elements, metadata=node.metadata), ctx)
-    if isinstance(node, GridRegionExpr):
-        parts = (*node.init_args, node.body, *node.yield_values)
-        if any(memo[p] is not p for p in parts):
-            raise UnsupportedError(
-                "GridRegionExpr: reverse-mode differentiation through a loop that reads a "
-                "differentiated value (or calls a @func that does) is not supported yet; write "
-                "the iterations out as calls of one @func, or differentiate one iteration",
-                location=source_span(node),
-            )
-        return node
     if not isinstance(node, Call):
-        return node
+        return rebuilt(node, memo, ctx)
     args = tuple(memo[a] for a in node.args)
     target = node.target
-    if isinstance(target, FusionRegion) and any(a in varied for a in args):
+    reads_varied = any(a in varied for a in args)
+    if isinstance(target, FusionRegion) and reads_varied:
         raise UnsupportedError(
             "FusionRegion: reverse mode differentiates the program before `compile` fuses it; "
             "differentiate the source Function, then compile the gradient",
             location=source_span(node),
         )
-    if isinstance(target, Function) and target.body is not None and any(a in varied for a in args):
-        return _inlined_body(target, args, ctx)
-    return copy_call(node, args, ctx)
-
-
-def _inlined_body(callee: Function, args: tuple[Expr, ...], ctx: TypeInferContext) -> Expr:
-    """The callee's body with its parameters replaced by `args` (nested calls left as calls)."""
-    memo: dict[Expr, Expr] = dict(zip(callee.params, args, strict=True))
-    for node in post_order((callee.body,)):
-        if node in memo:
-            continue
-        if isinstance(node, GridRegionExpr):
-            raise UnsupportedError(
-                f"GridRegionExpr: @func {callee.name} holds a loop, and reverse-mode "
-                "differentiation through a loop is not supported yet; write its iterations out",
-                location=source_span(node),
-            )
-        if isinstance(node, Tuple):
-            memo[node] = typed_node(Tuple(tuple(memo[e] for e in node.elements)), ctx)
-        elif isinstance(node, Call):
-            memo[node] = copy_call(node, tuple(memo[a] for a in node.args), ctx)
-        else:
-            memo[node] = node
-    return memo[callee.body]
+    if (
+        isinstance(target, Function)
+        and target.body is not None
+        and reads_varied
+        and not is_checkpointed(target)
+    ):
+        memo_body = substitute((target.body,), dict(zip(target.params, args, strict=True)), ctx)
+        return memo_body[target.body]
+    return rebuilt(node, memo, ctx)

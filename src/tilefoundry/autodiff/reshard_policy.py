@@ -18,6 +18,10 @@ must change state, and that Reshard is the collective (`show` prints it):
   `reduce_gradients=False`, keeps every pending sum pending (zero collectives for a data-parallel
   weight) and otherwise takes the parameter's type.
 
+A cotangent a rule reads is also staged in its primal's storage (its layout unchanged): the
+transpose of a storage move is the move back, so a tile loop's register accumulator hands the
+gmem product it sums a gmem cotangent.
+
 States are compared per mesh axis on *logical* axes (which logical axis a Split cuts), so two
 values whose layouts factor the same tensor differently still compare; a target is built as the
 canonical layout of its states (the form every exit reads).
@@ -26,7 +30,7 @@ canonical layout of its states (the form every exit reads).
 from __future__ import annotations
 
 from tilefoundry.autodiff.builder import Builder
-from tilefoundry.errors import UnsupportedError, VerifyError
+from tilefoundry.errors import InternalCompilerError, UnsupportedError, VerifyError
 from tilefoundry.ir.core import Expr
 from tilefoundry.ir.types import StorageKind, TensorType
 from tilefoundry.ir.types.shard import B, Mesh, Partial, ShardLayout, Split
@@ -45,6 +49,11 @@ def cotangent_layout(primal: TensorType) -> ShardLayout | None:
         return None
     attrs = tuple(B if isinstance(a, Partial) else a for a in layout.attrs)
     return ShardLayout(layout.layout, attrs, layout.mesh)
+
+
+def value_states(type_: TensorType) -> States | None:
+    """A sharded `type_`'s state per axis of its own mesh (see `_states`)."""
+    return _states(type_, type_.layout.mesh)
 
 
 def _states(type_: TensorType, mesh: Mesh) -> States | None:
@@ -82,7 +91,10 @@ def _moved(value: Expr, states: States, fallback: ShardLayout | None, storage, a
 
 
 def settled(cotangent: Expr, primal: TensorType, ad: Builder) -> Expr:
-    """`cotangent` as a rule may read it (see the module doc)."""
+    """`cotangent` as a rule may read it (see the module doc), staged in its primal's storage
+    (a carry's cotangent in registers reaching the gmem product the carry accumulates)."""
+    if cotangent.type.storage != _storage(primal):
+        cotangent = ad.tf.reshard(cotangent, layout=cotangent.type.layout, storage=_storage(primal))
     layout = cotangent.type.layout
     if not isinstance(layout, ShardLayout):
         return cotangent
@@ -169,6 +181,33 @@ def parameter_gradient(
     if layout == target:
         return cotangent
     return ad.reshard(cotangent, target, _storage(param))
+
+
+def cotangent_type(primal: TensorType) -> TensorType:
+    """The one type a cotangent of `primal` takes where a type must be fixed in advance (a loop
+    carry's cotangent, a stacked gradient): the primal's own, pending sums replaced by
+    Broadcast, in the primal's storage (gmem for an unmaterialised primal)."""
+    return TensorType(primal.shape, primal.dtype, cotangent_layout(primal), _storage(primal))
+
+
+def conformed(value: Expr, want: TensorType, ad: Builder) -> Expr:
+    """`value` (of `want`'s shape and dtype) brought to exactly the type `want`: pending sums
+    completed and splits moved by the Reshard to `want`'s layout (the collective), or, for a
+    plain `want`, the value made whole on every device and read as the one global value (a
+    reshape of a fully replicated value is plain, DESIGN §4.7); then staged in `want`'s storage."""
+    if value.type == want:
+        return value
+    if isinstance(want.layout, ShardLayout):
+        value = ad.reshard(value, want.layout, want.storage)
+    elif isinstance(value.type.layout, ShardLayout):
+        value = ad.tf.reshape(ad.replicated(value), tuple(want.shape))
+    if value.type.storage != want.storage:
+        value = ad.tf.reshard(value, layout=value.type.layout, storage=want.storage)
+    if value.type != want:
+        raise InternalCompilerError(
+            f"reverse mode: a value of type {value.type} cannot be given the type {want}"
+        )
+    return value
 
 
 def _storage(primal: TensorType) -> StorageKind:

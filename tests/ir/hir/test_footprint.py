@@ -1,6 +1,7 @@
 """Resource checks before work (issue 20: "the evaluator and the exits estimate a program's memory
 from its types and refuse with the figure when it cannot fit (a configurable limit, default from
-the machine's memory)"). Expected byte counts are worked out by hand from the shapes."""
+the machine's memory)"), and the per-device peak of a schedule (issue 26 item 4: what remat
+saves). Expected byte counts are worked out by hand from the shapes."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import pytest
 from support.functions import call, function_of
 from tilefoundry.errors import EvalError
 from tilefoundry.evaluator import evaluate
+from tilefoundry.frontend import parse_source
 from tilefoundry.ir.hir.footprint import (
     MEMORY_ENV,
+    device_bytes,
     memory_limit,
     memory_setting,
+    peak_bytes_per_device,
     program_bytes,
     value_bytes,
 )
@@ -91,3 +95,78 @@ def test_run_xla_refuses_up_front_with_the_figure(monkeypatch):
     monkeypatch.setenv(MEMORY_ENV, "1K")
     with pytest.raises(EvalError, match=r"run_xla: Function f needs about 2\.0 KiB"):
         run_xla(doubled(), np.ones(256, np.float32))
+
+
+CHAIN_SOURCE = """
+from tilefoundry import Tensor, func
+from tilefoundry.dsl import tf
+from tilefoundry.ir.types.shard import make_mesh
+
+M = make_mesh((4,), ("m",))
+
+@func
+def chain(x: Tensor[(256,), "f32"]):
+    a = x * 2.0
+    b = a * 3.0
+    return b + a
+
+@func
+def shrinks(x: Tensor[(256,), "f32"], y: Tensor[(256,), "f32"]):
+    big = tf.exp(x)
+    total = tf.reduce(big, axes=(0,), keepdim=False, kind="sum")
+    return tf.exp(y) * total
+
+@func
+def split(x: Tensor[(256 @ M.m,), "f32"]):
+    return x * 2.0
+
+@func
+def looped(x: Tensor[(256,), "f32"]):
+    for _ in range(8):
+        x = tf.exp(x) * 0.5
+    return x
+
+@func
+def inner(x: Tensor[(256,), "f32"]):
+    return tf.exp(tf.exp(x))
+
+@func
+def calls(x: Tensor[(256,), "f32"]):
+    return inner(x) + 1.0
+"""
+KB = 256 * 4
+"""One (256,) f32 value."""
+
+
+@pytest.fixture(scope="module")
+def schedules():
+    return parse_source(CHAIN_SOURCE, "schedules.py")
+
+
+def test_the_peak_counts_the_values_live_together(schedules):
+    """x, a and b are live when b + a runs (a is read last there): with the result, 4 values."""
+    assert peak_bytes_per_device(schedules["chain"]) == 4 * KB
+
+
+def test_a_value_is_freed_after_its_last_reader_and_a_shrinking_node_runs_first(schedules):
+    """exp(x) is reduced to a scalar before exp(y) is computed (x, y, exp(x), the scalar), and
+    freed: then x, y, the scalar, exp(y) and the product."""
+    assert peak_bytes_per_device(schedules["shrinks"]) == 4 * KB + 4
+
+
+def test_a_device_holds_its_block_of_a_split_value(schedules):
+    fn = schedules["split"]
+    assert device_bytes(fn.params[0].type, {}) == KB // 4
+    assert peak_bytes_per_device(fn) == 2 * KB // 4 + 4  # x's block, 2.0, the product's block
+
+
+def test_a_loop_body_is_live_one_iteration_at_a_time(schedules):
+    """x, the loop's carry, and one iteration's exp, 0.5 and product: not eight iterations'
+    worth."""
+    assert peak_bytes_per_device(schedules["looped"]) == 4 * KB + 4
+
+
+def test_a_called_functions_intermediates_live_only_while_it_runs(schedules):
+    """x, the inner exp and the call's result while `inner` runs; then x, the call's result,
+    the scalar 1.0 and the sum (with the inner exp kept, one value more)."""
+    assert peak_bytes_per_device(schedules["calls"]) == 3 * KB + 4

@@ -7,6 +7,12 @@ reference evaluator keeps every value of an activation alive, so for it this is 
 it is an upper bound. A value on a mesh counts once per device that holds a copy (the simulator
 keeps one array per device: a Split shares the value out, a Broadcast or Partial replicates it).
 
+`peak_bytes_per_device` is the finer estimate a schedule gives: the bytes one device holds at
+the peak of a run that frees each value after its last reader (the program order, loop bodies one
+iteration at a time, a called Function's intermediates only while it runs). It is what reverse
+mode's choices change: a gradient keeps the forward values its backward reads alive until then
+(a loop's stacks, one row per iteration), and a `checkpoint`ed call keeps only its arguments.
+
 The limit is `TILEFOUNDRY_MEMORY_LIMIT` (bytes, or with a K/M/G/T suffix) when set, else the
 machine's physical memory.
 """
@@ -20,8 +26,11 @@ from math import prod
 from typing import Any
 
 from tilefoundry.errors import EvalError, VerifyError
-from tilefoundry.ir.core import Expr
-from tilefoundry.ir.core.graph import iter_nodes
+from tilefoundry.ir.core import Call, Constant, Expr, Tuple, Var
+from tilefoundry.ir.core.graph import iter_nodes, post_order
+from tilefoundry.ir.hir.function import Function
+from tilefoundry.ir.hir.grid_region import GridRegionExpr
+from tilefoundry.ir.hir.walk import callees_first
 from tilefoundry.ir.types import TensorType, TupleType, Type, resolve_dim, tensor_fields
 from tilefoundry.ir.types.shard import ShardLayout, Split
 
@@ -74,6 +83,16 @@ def memory_limit() -> int | None:
 
 def value_bytes(type_: Type, bindings: Mapping[Any, int]) -> int:
     """Bytes the values of `type_` occupy at the bound shapes, mesh copies included."""
+    return _bytes(type_, bindings, lambda tensor, size: size * _copies(tensor))
+
+
+def device_bytes(type_: Type, bindings: Mapping[Any, int]) -> int:
+    """Bytes one device holds of a value of `type_`: a Split's block, a replicated or plain
+    value whole."""
+    return _bytes(type_, bindings, lambda tensor, size: size // _split_extent(tensor))
+
+
+def _bytes(type_: Type, bindings: Mapping[Any, int], held: Callable[[TensorType, int], int]):
     total = 0
     for tensor in tensor_fields(type_) if isinstance(type_, TensorType | TupleType) else ():
         count = 1
@@ -82,17 +101,28 @@ def value_bytes(type_: Type, bindings: Mapping[Any, int]) -> int:
                 count *= dim if isinstance(dim, int) else resolve_dim(dim, bindings)
             except VerifyError:
                 return total  # an extent no binding resolves is not counted
-        total += (count * tensor.dtype.itemsize_bits + 7) // 8 * _copies(tensor)
+        total += held(tensor, (count * tensor.dtype.itemsize_bits + 7) // 8)
     return total
+
+
+def _extents(layout: ShardLayout) -> list[int]:
+    return [e if isinstance(e, int) else 1 for e in layout.mesh.shape]
+
+
+def _split_extent(tensor: TensorType) -> int:
+    """How many blocks a Split shares the value out into (1 for a plain value)."""
+    layout = tensor.layout
+    if not isinstance(layout, ShardLayout):
+        return 1
+    pairs = zip(_extents(layout), layout.attrs, strict=True)
+    return max(1, prod(e for e, attr in pairs if isinstance(attr, Split)))
 
 
 def _copies(tensor: TensorType) -> int:
     layout = tensor.layout
     if not isinstance(layout, ShardLayout):
         return 1
-    extents = [e if isinstance(e, int) else 1 for e in layout.mesh.shape]
-    split = [e for e, attr in zip(extents, layout.attrs, strict=True) if isinstance(attr, Split)]
-    return prod(extents) // max(1, prod(split))
+    return prod(_extents(layout)) // _split_extent(tensor)
 
 
 def program_bytes(fn: Any, bindings: Mapping[Any, int]) -> int:
@@ -104,6 +134,152 @@ def program_bytes(fn: Any, bindings: Mapping[Any, int]) -> int:
             if node not in params:
                 total += value_bytes(node.type, bindings)
     return total
+
+
+def peak_bytes_per_device(fn: Function, bindings: Mapping[Any, int] | None = None) -> int:
+    """The bytes one device holds at the peak of a run of `fn` (see the module doc): its
+    parameters, plus the most its body's live values reach."""
+    bindings = bindings or {}
+    peaks: dict[Function, int] = {}
+    for callee in callees_first(fn):  # callees first: a call's peak is known when it is reached
+        if isinstance(callee.body, Expr):
+            peaks[callee] = _Schedule(bindings, peaks).peak((callee.body,), set(callee.params))
+    return sum(device_bytes(p.type, bindings) for p in fn.params) + peaks.get(fn, 0)
+
+
+class _Schedule:
+    """The live bytes of a region run in the order a memory-minimising list scheduler picks:
+    of the nodes whose operands are computed, one that frees at least what it allocates first
+    (a weight gradient that contracts the activations it frees), else the one with the longest
+    way still to go to the result (the forward before the backward, and a checkpointed call's
+    recompute where its cotangent arrives, not up front); each value is freed after its last
+    reader. A Tuple or a tuple field copies nothing: it holds its operands alive until it is
+    freed itself."""
+
+    def __init__(self, bindings: Mapping[Any, int], peaks: Mapping[Function, int]):
+        self.bindings = bindings
+        self.peaks = peaks
+
+    def peak(self, roots: tuple[Expr, ...], outside: set[Expr]) -> int:
+        """The most bytes the region under `roots` allocates at once beyond the `outside` values
+        (live already: parameters, a loop's variables and the outer values its body reads)."""
+
+        def reads(node: Expr) -> tuple[Expr, ...]:
+            return () if node in outside else tuple(dict.fromkeys(self._reads(node)))
+
+        nodes = list(dict.fromkeys(n for root in roots for n in iter_nodes(root, edges=reads)))
+        own = {n: 0 if n in outside or _aliases(n) else self._size(n) for n in nodes}
+        holders = dict.fromkeys(nodes, 0)  # per node: readers (and roots) not done with it
+        waiting = {n: len(reads(n)) for n in nodes}  # per node: operands not run yet
+        readers: dict[Expr, list[Expr]] = {n: [] for n in nodes}
+        for node in nodes:
+            for operand in reads(node):
+                holders[operand] += 1
+                readers[operand].append(node)
+        for root in dict.fromkeys(roots):
+            holders[root] += 1
+        rank = {node: index for index, node in enumerate(nodes)}
+        ahead = _steps_to_roots(nodes, reads)
+
+        def priority(node: Expr) -> tuple[bool, int, int, int]:
+            done = () if _aliases(node) else reads(node)
+            grown = own[node] - sum(own[o] for o in done if holders[o] == 1)
+            return grown > 0, -ahead[node], grown, rank[node]
+
+        def release(values: tuple[Expr, ...]) -> int:
+            """Drop one hold on each of `values`: the bytes that frees."""
+            freed, stack = 0, list(values)
+            while stack:
+                value = stack.pop()
+                holders[value] -= 1
+                if holders[value] == 0:
+                    freed += own[value]
+                    if _aliases(value):
+                        stack.extend(reads(value))
+            return freed
+
+        ready = [n for n in nodes if waiting[n] == 0]
+        live = peak = 0
+        while ready:
+            node = min(ready, key=priority)
+            ready.remove(node)
+            peak = max(peak, live + own[node] + self._transient(node))
+            live += own[node]
+            if not _aliases(node):
+                live -= release(reads(node))
+            for reader in readers[node]:
+                waiting[reader] -= 1
+                if waiting[reader] == 0:
+                    ready.append(reader)
+        return max(peak, live)
+
+    def _size(self, node: Expr) -> int:
+        return device_bytes(node.type, self.bindings)
+
+    def _reads(self, node: Expr) -> tuple[Expr, ...]:
+        if isinstance(node, GridRegionExpr):
+            return (*node.init_args, *_loop_inputs(node)[1])
+        return node.block_operands()
+
+    def _transient(self, node: Expr) -> int:
+        """What `node` allocates while it runs beyond its own value: one iteration of a loop's
+        body, a called Function's intermediates."""
+        if isinstance(node, GridRegionExpr):
+            local, inputs = _loop_inputs(node)
+            return self.peak(tuple(node.yield_values), {*local, *inputs})
+        if isinstance(node, Call) and isinstance(node.target, Function):
+            return max(0, self.peaks.get(node.target, 0) - self._size(node))
+        return 0
+
+
+def _steps_to_roots(nodes, reads) -> dict[Expr, int]:
+    """The longest chain of readers from each node to a root of its region: a node's readers
+    come before it in the reversed post-order, so each count is final when it is read."""
+    steps = dict.fromkeys(nodes, 0)
+    for node in reversed(post_order(nodes, edges=reads)):
+        for operand in reads(node):
+            steps[operand] = max(steps[operand], steps[node] + 1)
+    return steps
+
+
+def _aliases(node: Expr) -> bool:
+    """A Tuple, or a field of a tuple (`tuple_get_item`: the one op that reads a tuple into a
+    tensor): it copies nothing."""
+    if isinstance(node, Tuple):
+        return True
+    return (
+        isinstance(node, Call)
+        and not isinstance(node.target, Function)
+        and isinstance(node.type, TensorType)
+        and len(node.args) == 1
+        and isinstance(node.args[0].type, TupleType)
+    )
+
+
+def _loop_inputs(loop: GridRegionExpr) -> tuple[frozenset[Expr], tuple[Expr, ...]]:
+    """(the loop's variables and those of the loops in its body, the outer values its body
+    reads): a body value that reads no loop variable is computed once, before the loop."""
+    nodes = list(dict.fromkeys(n for y in loop.yield_values for n in iter_nodes(y)))
+    local = {v for n in (loop, *nodes) if isinstance(n, GridRegionExpr) for v in _variables(n)}
+    readers: dict[Expr, list[Expr]] = {}
+    for node in nodes:
+        for operand in node.operands():
+            readers.setdefault(operand, []).append(node)
+    inner, stack = set(local), list(local)
+    while stack:  # everything that reads a loop variable, directly or through other values
+        for reader in readers.get(stack.pop(), ()):
+            if reader not in inner:
+                inner.add(reader)
+                stack.append(reader)
+    read = (o for n in nodes if n in inner for o in n.operands())
+    inputs = dict.fromkeys(
+        o for o in (*read, *loop.yield_values) if o not in inner and not isinstance(o, Constant)
+    )
+    return frozenset(local), tuple(inputs)
+
+
+def _variables(loop: GridRegionExpr) -> tuple[Var, ...]:
+    return (loop.induction_var, *loop.carried_args)
 
 
 def size_text(count: int) -> str:
