@@ -126,6 +126,40 @@ def _sigmoid(jnp, x):
     return 1.0 / (1.0 + jnp.exp(-x))
 
 
+def _topk(jnp, x, k, axis, largest):
+    from jax import lax
+
+    moved = jnp.moveaxis(x if largest else -x, axis, -1)
+    values = lax.top_k(moved, k)[0]
+    return jnp.moveaxis(values if largest else -values, -1, axis)
+
+
+def _conv2d(jnp, x, w, b, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    from jax import lax
+
+    y = lax.conv_general_dilated(
+        x,
+        w,
+        stride,
+        [(p, p) for p in padding],
+        rhs_dilation=dilation,
+        dimension_numbers=("NCHW", "OIHW", "NCHW"),
+        feature_group_count=groups,
+    )
+    return y + b[None, :, None, None]
+
+
+def _lax(name):
+    """A jax.lax scan (`cumsum`, `cummax`, ...) or `pad`, imported only where jax runs."""
+
+    def call(*args, **kwargs):
+        from jax import lax
+
+        return getattr(lax, name)(*args, **kwargs)
+
+    return call
+
+
 POSITIONS = np.array([3, 0, 5, 1], np.int32)
 MASK = np.array([[True, False, True, True], [False, False, True, False]] * 2)
 START = np.int32(2)
@@ -403,13 +437,127 @@ CASES: tuple[Case, ...] = (
             _rope(jnp, q, cos, sin, pos),
             _rope(jnp, k, cos, sin, pos),
         ),
-        argnums=(0, 1),  # a cache's cotangent needs a scatter-add (refused)
     ),
     Case(
         "rope one branch",
         (_f(2, 4, 8), _f(3, 4, 8), _f(6, 8), _f(6, 8), Input((4,), "i32", value=POSITIONS)),
         lambda q, k, cos, sin, pos: tf.tuple_get_item(tf.rope(q, k, cos, sin, pos), index=1),
         lambda jnp, q, k, cos, sin, pos: _rope(jnp, k, cos, sin, pos),
-        argnums=(0, 1),  # a cache's cotangent needs a scatter-add (refused)
+    ),
+    # ---- the ops whose rules landed with the VJP validator (issue 25 items 1 and 5) -------
+    Case("clamp", (_f(4, 8), _f(4, 8), _f(4, 8)), tf.clamp, lambda j, x, lo, hi: j.clip(x, lo, hi)),
+    Case(
+        "clamp broadcast bounds",
+        (_f(4, 8), _f(8), _f(1, 8)),
+        tf.clamp,
+        lambda jnp, x, lo, hi: jnp.clip(x, lo, hi),
+    ),
+    Case(
+        "clamp literal bounds",
+        (_f(4, 8),),
+        lambda x: tf.clamp(x, -0.5, 0.5),
+        lambda jnp, x: jnp.clip(x, -0.5, 0.5),
+    ),
+    Case(
+        "clamp ties",  # jnp.clip splits a tie evenly, as maximum and minimum do
+        (_f(4, 8, domain=TIES), _f(4, 8, domain=TIES), _f(4, 8, domain=TIES)),
+        tf.clamp,
+        lambda jnp, x, lo, hi: jnp.clip(x, lo, hi),
+        tags=frozenset({"no finite differences"}),
+    ),
+    Case(
+        "cumsum",
+        (_f(3, 5),),
+        lambda x: tf.cumsum(x, axis=1),
+        lambda jnp, x: _lax("cumsum")(x, axis=1),
+    ),
+    Case(
+        "cumsum reverse",
+        (_f(4, 3),),
+        lambda x: tf.cumsum(x, axis=0, reverse=True),
+        lambda jnp, x: _lax("cumsum")(x, axis=0, reverse=True),
+    ),
+    Case(
+        "cumprod",
+        (_f(2, 5, 3),),
+        lambda x: tf.cumprod(x, axis=1),
+        lambda jnp, x: _lax("cumprod")(x, axis=1),
+    ),
+    Case(
+        "cumprod through zeros",  # rounded draws: zero factors, where a division would fail
+        (_f(3, 6, domain=TIES),),
+        lambda x: tf.cumprod(x, axis=-1, reverse=True),
+        lambda jnp, x: _lax("cumprod")(x, axis=1, reverse=True),
+    ),
+    Case(
+        "cummax",
+        (_f(3, 6),),
+        lambda x: tf.cummax(x, axis=1),
+        lambda jnp, x: _lax("cummax")(x, axis=1),
+    ),
+    Case(
+        "cummin reverse",
+        (_f(5, 2),),
+        lambda x: tf.cummin(x, axis=0, reverse=True),
+        lambda jnp, x: _lax("cummin")(x, axis=0, reverse=True),
+    ),
+    Case(
+        "pad edges",
+        (_f(4, 5),),
+        lambda x: tf.pad(x, low=(1, 0), high=(2, 1), value=1.5),
+        lambda jnp, x: _lax("pad")(x, 1.5, [(1, 2, 0), (0, 1, 0)]),
+    ),
+    Case(
+        "pad interior, negative edges",
+        (_f(4, 5),),
+        lambda x: tf.pad(x, low=(-1, 2), high=(1, -2), interior=(1, 2)),
+        lambda jnp, x: _lax("pad")(x, 0.0, [(-1, 1, 1), (2, -2, 2)]),
+    ),
+    Case(
+        "topk",
+        (_f(3, 6),),
+        lambda x: tf.tuple_get_item(tf.topk(x, 2), index=0),
+        lambda jnp, x: _topk(jnp, x, 2, -1, True),
+    ),
+    Case(
+        "topk smallest along axis 0",
+        (_f(5, 2, 3),),
+        lambda x: tf.tuple_get_item(tf.topk(x, 3, axis=0, largest=False), index=0),
+        lambda jnp, x: _topk(jnp, x, 3, 0, False),
+    ),
+    Case(
+        "conv2d 3x3 pad 1",
+        (_f(2, 3, 6, 6), _f(4, 3, 3, 3), _f(4)),
+        lambda x, w, b: tf.conv2d(x, w, b, padding=(1, 1)),
+        lambda jnp, x, w, b: _conv2d(jnp, x, w, b, padding=(1, 1)),
+    ),
+    Case(
+        "conv2d strided, dilated, uneven",  # windows that leave input positions unread
+        (_f(2, 2, 9, 8), _f(3, 2, 2, 3), _f(3)),
+        lambda x, w, b: tf.conv2d(x, w, b, stride=(2, 3), padding=(1, 2), dilation=(2, 1)),
+        lambda jnp, x, w, b: _conv2d(jnp, x, w, b, (2, 3), (1, 2), (2, 1)),
+    ),
+    Case(
+        "conv2d groups 2",
+        (_f(1, 4, 5, 5), _f(6, 2, 3, 3), _f(6)),
+        lambda x, w, b: tf.conv2d(x, w, b, stride=(2, 2), groups=2),
+        lambda jnp, x, w, b: _conv2d(jnp, x, w, b, stride=(2, 2), groups=2),
+    ),
+    Case(
+        "insert_slice",
+        (_f(6, 5), _f(2, 3), Input((), "i32", value=np.int32(3)), Input((), "i32", value=START)),
+        lambda d, u, a, b: tf.insert_slice(d, u, (a, b)),
+        lambda jnp, d, u, a, b: d.at[3:5, 2:5].set(u),
+    ),
+    Case(
+        "cache_update",
+        (
+            _f(2, 6, 2, 4),
+            Input((), "i32", value=START),
+            Input((), "i32", value=START),
+            _f(2, 3, 2, 4),
+        ),
+        tf.cache_update,
+        lambda jnp, cache, p, s, new: cache.at[:, 2:4].set(new[:, :2]),
     ),
 )

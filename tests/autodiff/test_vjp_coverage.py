@@ -16,14 +16,9 @@ from tilefoundry.ir.types import f64, make_tensor_type
 from tilefoundry.rules import VJP, ZERO_COTANGENT
 
 REFUSED_BY_THE_TRANSFORM = [
-    "CacheUpdate",  # the transpose of a runtime-length write needs an iota mask
-    "Clamp",  # not yet written (a where mask on the bounds)
-    "Conv2D",  # the transposed convolution
-    "Cumulative",  # not yet written (a reversed scan; cumprod / cummax need more)
-    "InsertSlice",  # a runtime multi-axis window read
-    "Local",  # a per-device value has no global cotangent
-    "Pad",  # not yet written (a strided slice, and a slice of negative padding)
-    "TopK",  # not yet written (a scatter_add of the values' cotangent into the indices)
+    # a per-device value has no global value, hence no global cotangent; its transpose would
+    # assemble per-device cotangents into one sharded value, which no HIR op does
+    "Local",
 ]
 """Ops the transform refuses up front (a located UnsupportedError naming the op)."""
 

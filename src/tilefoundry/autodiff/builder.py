@@ -107,6 +107,19 @@ class Builder:
             cotangent = tf.reduce(cotangent, axes=stretched, keepdim=True, kind="sum")
         return cotangent
 
+    def axis_last(self, value: Expr, axis: int) -> Expr:
+        """`value` with `axis` moved to the end (the others keep their order), for a rule whose
+        backward op works along the last axis; `axis_back` undoes it."""
+        order = _last_order(axis, value.type.rank)
+        return self.tf.transpose(value, order) if order != tuple(range(len(order))) else value
+
+    def axis_back(self, value: Expr, axis: int) -> Expr:
+        """The inverse of `axis_last`: the last axis of `value` moved back to `axis`."""
+        order = _last_order(axis, value.type.rank)
+        if order == tuple(range(len(order))):
+            return value
+        return self.tf.transpose(value, tuple(order.index(a) for a in range(len(order))))
+
     def complete(self, value: Expr) -> Expr:
         """`value` with every pending reduction completed to Broadcast (an all-reduce): for a rule
         that must read a value a Partial cannot be read as."""
@@ -146,6 +159,11 @@ class Builder:
 
     def located(self, err: VerifyError) -> VerifyError:
         return err.with_location(source_span(self.call))
+
+
+def _last_order(axis: int, rank: int) -> tuple[int, ...]:
+    axis %= rank
+    return (*(a for a in range(rank) if a != axis), axis)
 
 
 def is_float_tensor(type_: Any) -> bool:

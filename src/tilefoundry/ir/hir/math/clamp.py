@@ -13,12 +13,16 @@ that reduction (`_JOINT`). A pending sum never commutes with clamping.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from tilefoundry.analysis.access_relation import elementwise_relations
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Op, ParamDef
+from tilefoundry.ir.hir.math.binary import BinaryKind
 from tilefoundry.ir.hir.math.binary_kernels import maximum, minimum
+from tilefoundry.ir.hir.math.derivatives import extremum_share
 from tilefoundry.ir.hir.op_support import (
     broadcast_operand_shapes,
     completion_remedy,
@@ -42,6 +46,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
 from tilefoundry.sharding.shard_reading import pending_partials
@@ -140,6 +145,36 @@ def _eval(op: Clamp, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("clamp", Clamp)
 register_fusion_kind(Clamp, FusionKind.ELEMENTWISE)
+
+
+@register_vjp(Clamp)
+def _vjp(call, ct, ad):
+    """JAX's derivative of `jnp.clip` (jax 0.10.2 spells it `minimum(hi, maximum(lo, x))`):
+    x receives the cotangent where lo < x < hi, a bound where it is the result, and a tie is
+    split evenly, as maximum and minimum split one (x == lo < hi: half to each; lo == x == hi:
+    a quarter to x and to lo, half to hi). `lax.clamp`'s own rule drops a tie's cotangent
+    instead; the composition is the one users differentiate. Broadcast bounds are summed back."""
+    tf = ad.tf
+    x, lo, hi = call.args
+
+    @functools.cache
+    def raised():
+        return tf.maximum(x, lo)
+
+    @functools.cache
+    def below_hi():
+        """The cotangent of `maximum(x, lo)`: ct where it stays below hi, half on a tie."""
+        return tf.mul(ct, extremum_share(ad, raised(), hi, BinaryKind.MIN))
+
+    def lower(chosen, other):
+        share = functools.partial(extremum_share, ad, chosen, other, BinaryKind.MAX)
+        return lambda: ad.sum_to(tf.mul(below_hi(), share()), chosen.type.shape)
+
+    def upper():
+        share = extremum_share(ad, hi, raised(), BinaryKind.MIN)
+        return ad.sum_to(tf.mul(ct, share), hi.type.shape)
+
+    return lower(x, lo), lower(lo, x), upper
 
 
 @register_validation_samples(Clamp)

@@ -21,8 +21,9 @@ _LN2 = math.log(2.0)
 _TWO_ON_ROOT = 2.0 / math.sqrt(math.pi)  # erf'(x) = 2 / sqrt(pi) exp(-x^2)
 
 
-def _extremum_share(ad, chosen, other, kind: BinaryKind):
-    """1 where `chosen` wins the max (or min), 1/2 on a tie, 0 where `other` wins."""
+def extremum_share(ad, chosen, other, kind: BinaryKind):
+    """1 where `chosen` wins the max (or min), 1/2 on a tie, 0 where `other` wins: JAX's
+    derivative of `maximum` / `minimum` (Clamp's rule composes two of them)."""
     tf = ad.tf
     wins = tf.cmp_gt(chosen, other) if kind == BinaryKind.MAX else tf.cmp_lt(chosen, other)
     tie = tf.where(tf.cmp_eq(chosen, other), ad.scalar(0.5, chosen), ad.scalar(0.0, chosen))
@@ -54,8 +55,8 @@ def _binary_vjp(call, ct, ad):
         )
     if kind in (BinaryKind.MAX, BinaryKind.MIN):
         return (
-            to_lhs(lambda: tf.mul(ct, _extremum_share(ad, lhs, rhs, kind))),
-            to_rhs(lambda: tf.mul(ct, _extremum_share(ad, rhs, lhs, kind))),
+            to_lhs(lambda: tf.mul(ct, extremum_share(ad, lhs, rhs, kind))),
+            to_rhs(lambda: tf.mul(ct, extremum_share(ad, rhs, lhs, kind))),
         )
     if kind == BinaryKind.MOD:
         return to_lhs(lambda: ct), to_rhs(lambda: tf.neg(tf.mul(ct, tf.floor_div(lhs, rhs))))

@@ -274,26 +274,62 @@ def _transposed_sin(ad, sin):
 
 @register_vjp(RoPE)
 def _vjp(call, ct, ad):
-    """Both branches' cotangents come from one RoPE with the transposed sin cache; the caches
-    would need a scatter-add of their gathered rows (refused), pos_ids is an index."""
+    """Both branches' cotangents come from one RoPE with the transposed sin cache. A cache's
+    rows were gathered at pos_ids and multiplied elementwise, so its cotangent is
+    scatter_add(zeros, pos_ids, r) with r[seq, d] the branches' products summed over their
+    leading axes (ct·x for cos, ct·rotate_half(x) for sin), duplicate positions
+    accumulating; pos_ids is an index, with no cotangent."""
+    tf = ad.tf
     q, k, cos, sin, pos = call.args
+    branches = tuple(zip(ct, (q, k), strict=True))
 
     @functools.cache
     def transposed():
-        branches = (ad.zeros_like(x) if c is None else c for c, x in zip(ct, (q, k), strict=True))
-        return ad.tf.rope(*branches, cos, _transposed_sin(ad, sin), pos)
+        rows = (ad.zeros_like(x) if c is None else c for c, x in branches)
+        return tf.rope(*rows, cos, _transposed_sin(ad, sin), pos)
 
     def branch(index):
-        return lambda: ad.tf.tuple_get_item(transposed(), index=index)
+        return lambda: tf.tuple_get_item(transposed(), index=index)
 
-    def cache():
-        ad.refuse(
-            "the cotangent of a rope cache needs a scatter-add of the rows it gathers, which "
-            "is not available yet",
-            "pass the caches as constants, or differentiate with respect to q and k only",
+    def cache(table, factor):
+        def d_table():
+            rows = tuple(cos.type.shape[1:])
+            per_row = [
+                ad.sum_to(tf.mul(c, factor(x)), (pos.type.shape[0], *rows))
+                for c, x in branches
+                if c is not None
+            ]
+            total = per_row[0] if len(per_row) == 1 else tf.add(*per_row)
+            return _scatter_rows(ad, table, pos, total)
+
+        return d_table
+
+    return branch(0), branch(1), cache(cos, lambda x: x), cache(sin, _rotate_half(ad)), None
+
+
+def _rotate_half(ad):
+    """x -> concat(-x[.., d/2:], x[.., :d/2]) along the last axis, in HIR ops."""
+    tf = ad.tf
+
+    def rotate(x):
+        half = x.type.shape[-1] // 2
+        lead = (None,) * (x.type.rank - 1)
+        upper = tf.slice(x, (*lead, half), (*lead, None))
+        lower = tf.slice(x, (*lead, 0), (*lead, half))
+        return tf.concat((tf.neg(upper), lower), axis=-1)
+
+    return rotate
+
+
+def _scatter_rows(ad, table, pos, rows):
+    """The rows added back into zeros of the cache at pos_ids, from replicated rows and
+    positions where ScatterAdd refuses their own states (a split seq, for instance)."""
+    try:
+        return ad.tf.scatter_add(ad.zeros_like(table), pos, rows, axis=0)
+    except VerifyError:
+        return ad.tf.scatter_add(
+            ad.zeros_like(table), ad.replicated(pos), ad.replicated(rows), axis=0
         )
-
-    return branch(0), branch(1), cache, cache, None
 
 
 @register_validation_samples(RoPE)

@@ -35,6 +35,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, constant_operand, operand
 
@@ -170,6 +171,29 @@ def _spmd_lowering(op: CacheUpdate, operands, call):
 
 register_surface("cache_update", CacheUpdate)
 register_fusion_kind(CacheUpdate, FusionKind.BARRIER)
+
+
+@register_vjp(CacheUpdate)
+def _vjp(call, ct, ad):
+    """The cache keeps its cotangent outside the written window (a CacheUpdate writing zeros);
+    `new[:, :s]` receives the window `ct[:, cur_pos:cur_pos + s]` and `new[:, s:]`, never
+    written, zero. The window is read new.len wide from the cotangent extended by new.len zero
+    positions (so a window past the cache's end never clamps, as the StableHLO lowering
+    extends the cache), then masked below s: the write length is runtime data, never a shape.
+    cur_pos and s are positions, with no cotangent."""
+    tf = ad.tf
+    _, cur_pos, s, new = call.args
+
+    def d_new():
+        length = new.type.shape[_LENGTH_AXIS]
+        extended = tf.pad(ct, low=(0, 0, 0, 0), high=(0, length, 0, 0))
+        start = tf.reshape(cur_pos, ())
+        window = tf.dynamic_slice(extended, start, axis=_LENGTH_AXIS, size=length)
+        position = tf.iota((1, length, 1, 1), i32, axis=_LENGTH_AXIS)
+        written = tf.cmp_lt(position, tf.reshape(s, ()))
+        return tf.where(written, window, ad.scalar(0.0, window))
+
+    return (lambda: tf.cache_update(ct, cur_pos, s, ad.zeros_like(new)), None, None, d_new)
 
 
 @register_validation_samples(CacheUpdate)

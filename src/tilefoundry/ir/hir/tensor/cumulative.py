@@ -35,7 +35,7 @@ from tilefoundry.ir.hir.op_support import (
 )
 from tilefoundry.ir.hir.whole_axis import reads_except, refuse_splits_on, whole_axis_relations
 from tilefoundry.ir.lowering.values import Value, running
-from tilefoundry.ir.types import DType, TensorType
+from tilefoundry.ir.types import DType, TensorType, format_dim, i32, is_static
 from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
@@ -46,6 +46,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
 
@@ -161,6 +162,55 @@ def _validation_samples() -> list[Sample]:
     # a column count divisible by n would hand each whole column to one device (a running sum
     # of such addends cannot tell a pending max from a complete value)
     return [*samples, Sample(reverse, (operand(8, 3),), "reverse sum, axis 0", False)]
+
+
+@register_vjp(Cumulative)
+def _vjp(call, ct, ad):
+    """cumsum: the running sum of ct taken the other way (x_j reaches every output at or after
+    j). cumprod, cummax and cummin weigh each pair (j, i) of the scanned axis (`_pairwise`)."""
+    op = call.target
+    if op.kind is CumulativeKind.SUM:
+        return (lambda: ad.tf.cumsum(ct, axis=op.axis, reverse=not op.reverse),)
+    return (lambda: _pairwise(op, call, ct, ad),)
+
+
+def _pairwise(op: Cumulative, y, ct, ad):
+    """dx_j = sum_i w[j, i] ct_i over the outputs i that x_j reaches, on an n x n intermediate
+    per scan (the scanned axis moved last, j before i):
+
+    - cumprod: w[j, i] = prod of x_k over the prefix of i without k = j, itself a running
+      product of x with x_j replaced by 1, so a zero factor is exact (JAX's answer; the
+      familiar `revcumsum(ct * y) / x` divides by zero there);
+    - cummax / cummin: w[j, i] = 1 where x_j is y_i, split evenly between the tied positions
+      of the prefix (the convention of Reduce max and of JAX's `max` reduction; JAX's own
+      cummax splits a tie unevenly, by its scan tree)."""
+    tf = ad.tf
+    (x,) = y.args
+    rank = x.type.rank
+    axis = normalize_axis(op, op.axis, rank)
+    n = x.type.shape[axis]
+    if not is_static(n):
+        ad.refuse(
+            f"the scanned axis has the symbolic extent {format_dim(n)}, and the derivative "
+            f"of a running {op.kind.value} compares every pair of its positions",
+            "differentiate a scan of static extent, or a cumsum",
+        )
+    xs, ys, cts = (ad.axis_last(v, axis) for v in (x, y, ct))
+    lead = tuple(xs.type.shape[:-1])
+    rows, cols = (*lead, n, 1), (*lead, 1, n)
+    j, i = (tf.iota((n, n), i32, axis=a) for a in (0, 1))
+    reaches = tf.cmp_le(i, j) if op.reverse else tf.cmp_ge(i, j)
+    zero, one = ad.scalar(0.0, x), ad.scalar(1.0, x)
+    if op.kind is CumulativeKind.PROD:
+        others = tf.where(tf.cmp_eq(i, j), one, tf.reshape(xs, cols))
+        products = tf.cumprod(others, axis=rank, reverse=op.reverse)
+        weight = tf.where(reaches, products, zero)
+    else:
+        attained = tf.cmp_eq(tf.reshape(xs, rows), tf.reshape(ys, cols))
+        hits = tf.where(tf.logical_and(reaches, attained), one, zero)
+        weight = tf.div(hits, tf.reduce(hits, axes=(rank - 1,), keepdim=True, kind="sum"))
+    dx = tf.reduce(tf.mul(weight, tf.reshape(cts, cols)), axes=(rank,), keepdim=False, kind="sum")
+    return ad.axis_back(dx, axis)
 
 
 def _identity(kind: CumulativeKind, dtype: DType):

@@ -43,6 +43,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, TupleOperand, constant_operand, operand
 from tilefoundry.sharding.shard_reading import pending_partials
@@ -320,6 +321,32 @@ def _spmd_lowering(op: InsertSlice, operands, call):
 
 register_surface("insert_slice", InsertSlice)
 register_fusion_kind(InsertSlice, FusionKind.BARRIER)
+
+
+@register_vjp(InsertSlice)
+def _vjp(call, ct, ad):
+    """dst keeps its cotangent outside the window (the window written with zeros); update
+    receives the window, read one window axis at a time by DynamicSlice at the same runtime
+    offset (an offset the kernel accepts keeps the window inside dst, so DynamicSlice's clamp
+    never moves it); the offsets are positions, with no cotangent."""
+    tf = ad.tf
+    dst, update, offsets = call.args
+
+    def offset(axis: int):
+        if isinstance(offsets, Tuple):
+            return offsets.elements[axis]
+        if isinstance(offsets.type, TupleType):
+            return tf.tuple_get_item(offsets, index=axis)
+        return offsets
+
+    def d_update():
+        window = ct
+        for axis, (size, extent) in enumerate(zip(update.type.shape, dst.type.shape, strict=True)):
+            if size != extent:
+                window = tf.dynamic_slice(window, offset(axis), axis=axis, size=size)
+        return window
+
+    return (lambda: tf.insert_slice(ct, ad.zeros_like(update), offsets), d_update, None)
 
 
 @register_validation_samples(InsertSlice)

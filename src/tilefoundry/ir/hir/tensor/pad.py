@@ -42,6 +42,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
 
@@ -182,6 +183,41 @@ def _eval(op: Pad, args, out_type: TensorType) -> np.ndarray:
 
 register_surface("pad", Pad)
 register_fusion_kind(Pad, FusionKind.BARRIER)
+
+
+@register_vjp(Pad)
+def _vjp(call, ct, ad):
+    """`lax.pad`'s transpose: the strided slice of the cotangent that reads back every element
+    of x (begin = low, step = interior + 1). A negative edge cropped elements of x, which
+    receive zero: the cotangent is first zero-padded there (Pad with the negated edges: a
+    negative low becomes padding, the rest of the cropping stays a crop of 0). The padding
+    constant is an attribute, with no cotangent."""
+    (x,) = call.args
+    pads = paddings(call.target, x.type.rank)
+
+    def d_x():
+        cotangent = ct
+        if any(low < 0 or high < 0 for low, high, _ in pads):
+            cotangent = ad.tf.pad(
+                cotangent,
+                low=tuple(max(-low, 0) for low, _, _ in pads),
+                high=tuple(max(-high, 0) for _, high, _ in pads),
+            )
+        windows = [_read_back(n, pad) for n, pad in zip(x.type.shape, pads, strict=True)]
+        begin, end, steps = (tuple(w[k] for w in windows) for k in range(3))
+        return ad.tf.slice(cotangent, begin, end, strides=steps)
+
+    return (d_x,)
+
+
+def _read_back(extent, pad: tuple[int, int, int]) -> tuple:
+    """(begin, end, step) of the window of the padded axis that holds x's elements, in the
+    coordinates before negative edges crop it; an axis left alone is taken whole."""
+    low, _, interior = pad
+    if pad == (0, 0, 0):
+        return None, None, None
+    begin = max(low, 0)
+    return begin, begin + (extent - 1) * (interior + 1) + 1 if extent else begin, interior + 1
 
 
 @register_validation_samples(Pad)

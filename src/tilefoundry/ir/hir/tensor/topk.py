@@ -50,6 +50,7 @@ from tilefoundry.rules import (
     register_surface,
     register_typeinfer,
     register_validation_samples,
+    register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
 
@@ -187,6 +188,31 @@ def _eval(op: TopK, args, out_type):
 register_surface("topk", TopK)
 register_fusion_kind(TopK, FusionKind.BARRIER)
 register_validation_samples(TopK)(lambda: [Sample(TopK(k=2, axis=-1), (operand(4, 8),))])
+
+
+@register_vjp(TopK)
+def _vjp(call, ct, ad):
+    """Each selected value's cotangent goes back to the position it was taken from: a
+    scatter_add into zeros at the indices (a take-along-axis, so a gather batched over every
+    other axis, with the selected axis moved last); the indices carry none (an integer
+    output). Ties select one position (the kernel's lower index first), as in JAX."""
+    tf = ad.tf
+    (x,) = call.args
+    rank = x.type.rank
+    axis = normalize_axis(call.target, call.target.axis, rank)
+
+    def d_x():
+        indices = tf.tuple_get_item(call, index=1)
+        scattered = tf.scatter_add(
+            ad.zeros_like(ad.axis_last(x, axis)),
+            ad.axis_last(indices, axis),
+            ad.axis_last(ct[0], axis),
+            axis=rank - 1,
+            batch_dims=rank - 1,
+        )
+        return ad.axis_back(scattered, axis)
+
+    return (d_x,)
 
 
 def _sort_keys(x: Value) -> Value:
