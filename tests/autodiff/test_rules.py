@@ -10,8 +10,9 @@ evaluator equals
 import numpy as np
 import pytest
 
-from autodiff.rule_cases import CASES, Case
+from autodiff.rule_cases import CASES, Case, Input
 from tilefoundry import vjp
+from tilefoundry.dsl import tf
 from tilefoundry.evaluator import evaluate
 from tilefoundry.passes import verify
 
@@ -99,3 +100,19 @@ def test_vjp_equals_jax(case):
             mine, theirs, rtol=case.tolerance, atol=case.tolerance * scale,
             err_msg=f"{case.name}: input {index}",
         )  # fmt: skip
+
+
+def test_cummax_splits_a_tie_evenly_between_the_tied_prefix_positions():
+    """The cotangent of y_i = max(x_0..x_i) goes to the positions holding y_i, in equal shares
+    (Reduce max's convention, and JAX's for `max`; JAX's cummax splits a tie by its scan tree,
+    so the jax comparison avoids ties). x = 1, 1, 1, 1 and ct = 1, 2, 3, 4: output i gives
+    ct_i / (i + 1) to each of x_0..x_i."""
+    case = Case(
+        "cummax ties",
+        (Input((4,)),),
+        lambda x: tf.cummax(x, axis=0),
+        None,
+    )
+    back = vjp(case.program())
+    _, (got,) = evaluate(back, np.ones(4), np.arange(1.0, 5.0))
+    np.testing.assert_allclose(got, [1 + 1 + 1 + 1, 1 + 1 + 1, 1 + 1, 1])
