@@ -1,6 +1,6 @@
 """The sharding-rule validator: every typeinfer Partial/Split rule checked against execution.
 
-`python -m tilefoundry.evaluator.validate [--op NAME] [--samples N] [--seed S] [--full]`
+`python -m tilefoundry.evaluator.validate [--op NAME] [--samples N] [--seed S] [--full] [--vjp]`
 
 For each HIR op, each sample its module registers (VALIDATION_SAMPLES), and each combination of
 per-mesh-axis input states (Broadcast, Split on each logical axis, Partial sum|max|min), typeinfer
@@ -15,6 +15,10 @@ claimed reduction, checks that Broadcast replicas agree) and compares with the u
   (1-axis meshes only; for information).
 - accepted but not executable by the simulator: the evaluator refuses the accepted combination, so
   it is neither confirmed nor refuted; listed so such gaps stay visible.
+
+`--vjp` checks the VJP rules instead, over the ops that have one (`validation_vjp`): the backward
+of each accepted one-op program on simulated devices against the unsharded backward; an unsound
+or an untyped backward (the forward types, its backward does not) exits 1.
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ from rich.progress import Progress
 from rich.table import Table
 
 from tilefoundry.evaluator.validation_checks import Report, SampleRun, Settings, Tally
+from tilefoundry.evaluator.validation_vjp import VjpSampleRun
 from tilefoundry.ir.core import Op
-from tilefoundry.rules import TYPEINFER, VALIDATION_SAMPLES
+from tilefoundry.rules import TYPEINFER, VALIDATION_SAMPLES, VJP, ZERO_COTANGENT
 from tilefoundry.rules.validation_samples import Sample
 
 _UNREGISTERED = "not sampled: missing (the op registers no validation samples)"
@@ -39,6 +44,16 @@ def catalog_samples(op: str | None = None) -> tuple[dict[str, list[Sample]], dic
     """The HIR ops registered for typeinfer (`tilefoundry.ir.hir.*`): their samples, and the ops
     without any, each with its reason. The catalog comes from typeinfer rather than from the
     sample registry, so an op that forgot to register samples is reported, not silently skipped."""
+    return _catalog(op, vjp=False)
+
+
+def vjp_catalog_samples(op: str | None = None) -> tuple[dict[str, list[Sample]], dict[str, str]]:
+    """`catalog_samples` for the VJP mode: an op without a VJP rule is listed as not sampled,
+    with why (a zero cotangent, or refused by the transform)."""
+    return _catalog(op, vjp=True)
+
+
+def _catalog(op: str | None, *, vjp: bool) -> tuple[dict[str, list[Sample]], dict[str, str]]:
     classes = sorted(
         (
             cls
@@ -56,11 +71,19 @@ def catalog_samples(op: str | None = None) -> tuple[dict[str, list[Sample]], dic
     not_sampled: dict[str, str] = {}
     for cls in classes:
         entry = VALIDATION_SAMPLES.lookup(cls)() if VALIDATION_SAMPLES.has(cls) else _UNREGISTERED
+        if vjp and not VJP.has(cls):
+            entry = _without_a_rule(cls)
         if isinstance(entry, str):
             not_sampled[cls.__name__] = entry
         else:
             sampled[cls.__name__] = list(entry)
     return sampled, not_sampled
+
+
+def _without_a_rule(cls: type) -> str:
+    if ZERO_COTANGENT.has(cls):
+        return f"no VJP rule: a zero cotangent ({ZERO_COTANGENT.lookup(cls)()})"
+    return "no VJP rule: the transform refuses it (tests/autodiff/test_vjp_coverage.py)"
 
 
 def validate(
@@ -84,7 +107,8 @@ def validate(
         task = bar.add_task("validating", total=len(work))
         for name, label, sample, mesh in work:
             bar.update(task, description=f"{name} {label}")
-            SampleRun(name, label, sample, mesh, settings, report).run()
+            runner = VjpSampleRun if settings.vjp else SampleRun
+            runner(name, label, sample, mesh, settings, report).run()
             bar.advance(task)
     return report
 
@@ -98,25 +122,37 @@ _COLUMNS = (
     "missed",
     "not_executable",
 )
+_VJP_COLUMNS = (
+    "samples",
+    "combinations",
+    "accepted",
+    "rejected",
+    "no_cotangent",
+    "untyped",
+    "unsound",
+    "not_executable",
+)
 
 
-def render(report: Report, console: Console, *, listed: int = 40) -> None:
+def render(report: Report, console: Console, *, listed: int = 40, vjp: bool = False) -> None:
     """The per-op summary table, then every unsound acceptance, then the information lists."""
-    table = Table(title="sharding-rule validation")
+    columns = _VJP_COLUMNS if vjp else _COLUMNS
+    table = Table(title="VJP-rule validation" if vjp else "sharding-rule validation")
     table.add_column("op")
-    for column in _COLUMNS:
+    for column in columns:
         table.add_column(column.replace("_", " "), justify="right")
     total = Tally()
     for name, tally in sorted(report.tallies.items()):
-        table.add_row(name, *(str(getattr(tally, c)) for c in _COLUMNS))
-        for column in _COLUMNS:
+        table.add_row(name, *(str(getattr(tally, c)) for c in columns))
+        for column in columns:
             setattr(total, column, getattr(total, column) + getattr(tally, column))
-    table.add_row("total", *(str(getattr(total, c)) for c in _COLUMNS), style="bold")
+    table.add_row("total", *(str(getattr(total, c)) for c in columns), style="bold")
     console.print(table)
     for name, reason in sorted(report.not_sampled.items()):
         console.print(f"not sampled: {name}: {reason}")
     sections = (
         ("UNSOUND acceptances (typeinfer accepts, execution refutes)", report.unsound, None),
+        ("UNTYPED backwards (the forward types, its backward does not)", report.untyped, None),
         ("broken samples (the unsharded call itself fails)", report.broken_samples, None),
         ("accepted but not executable by the simulator", report.not_executable, listed),
         (
@@ -151,13 +187,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--full", action="store_true", help="all samples, the extent-2 mesh too, more combinations"
     )
+    parser.add_argument(
+        "--vjp", action="store_true", help="check the VJP rules (the backward of each op sample)"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
-    samples, not_sampled = catalog_samples(args.op)
-    settings = Settings(seed=args.seed, full=args.full, samples=args.samples)
+    samples, not_sampled = (vjp_catalog_samples if args.vjp else catalog_samples)(args.op)
+    settings = Settings(seed=args.seed, full=args.full, samples=args.samples, vjp=args.vjp)
     report = validate(samples, settings, not_sampled=not_sampled, progress=not args.no_progress)
-    render(report, Console(width=None if sys.stdout.isatty() else 132))
-    return 1 if report.unsound else 0
+    render(report, Console(width=None if sys.stdout.isatty() else 132), vjp=args.vjp)
+    return 1 if report.unsound or report.untyped else 0
 
 
 if __name__ == "__main__":

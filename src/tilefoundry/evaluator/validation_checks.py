@@ -61,6 +61,8 @@ class Tally:
     unsound: int = 0
     missed: int = 0
     not_executable: int = 0
+    no_cotangent: int = 0
+    untyped: int = 0
 
 
 @dataclass
@@ -70,6 +72,7 @@ class Report:
     missed: list[Finding] = field(default_factory=list)
     not_executable: list[Finding] = field(default_factory=list)
     broken_samples: list[Finding] = field(default_factory=list)
+    untyped: list[Finding] = field(default_factory=list)
     not_sampled: dict[str, str] = field(default_factory=dict)
 
 
@@ -81,6 +84,13 @@ class Settings:
     seed: int = 0
     full: bool = False
     samples: int | None = None
+    vjp: bool = False
+
+    @property
+    def reductions(self) -> tuple[str, ...]:
+        """The Partial input states tried: VJP mode leaves out max|min, which the transform
+        refuses to differentiate through (DESIGN §4.18: complete them first)."""
+        return ("sum",) if self.vjp else REDUCTIONS
 
     @property
     def meshes(self) -> tuple[Mesh, ...]:
@@ -120,17 +130,20 @@ def _nest_types(sample: Sample, types: Sequence[Type]) -> tuple:
     return _nest(sample, types, TupleType)
 
 
-def _axis_states(rank: int, states: str) -> list:
+def _axis_states(rank: int, states: str, reductions: Sequence[str]) -> list:
     placed = [B, *(Split(k) for k in range(rank))]
-    return placed + [P(r) for r in REDUCTIONS] if states == "all" else placed
+    return placed + [P(r) for r in reductions] if states == "all" else placed
 
 
-def _slot_options(slot: Operand, mesh: Mesh) -> list[tuple[tuple | None, Type]]:
+def _slot_options(
+    slot: Operand, mesh: Mesh, reductions: Sequence[str]
+) -> list[tuple[tuple | None, Type]]:
     """Each input state of one operand that is a valid type on `mesh`, with that type."""
     if slot.states == "plain":
         return [(None, plain_type(slot.shape, slot.dtype))]
     options = []
-    for attrs in product(_axis_states(len(slot.shape), slot.states), repeat=mesh.rank):
+    states = _axis_states(len(slot.shape), slot.states, reductions)
+    for attrs in product(states, repeat=mesh.rank):
         try:
             options.append(
                 (attrs, make_shard_tensor_type(slot.shape, slot.dtype, mesh=mesh, attrs=attrs))
@@ -142,7 +155,7 @@ def _slot_options(slot: Operand, mesh: Mesh) -> list[tuple[tuple | None, Type]]:
 
 def _combinations(sample: Sample, mesh: Mesh, settings: Settings, rng) -> list[tuple]:
     """Every input-state combination, or a seeded subset of `settings.cap(mesh)` of them."""
-    options = [_slot_options(slot, mesh) for slot in _slots(sample)]
+    options = [_slot_options(slot, mesh, settings.reductions) for slot in _slots(sample)]
     combos = list(product(*options))
     if len(combos) <= settings.cap(mesh):
         return combos

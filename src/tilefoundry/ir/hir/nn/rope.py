@@ -299,7 +299,7 @@ def _vjp(call, ct, ad):
                 for c, x in branches
                 if c is not None
             ]
-            total = per_row[0] if len(per_row) == 1 else tf.add(*per_row)
+            total = per_row[0] if len(per_row) == 1 else _added(ad, *per_row)
             return _scatter_rows(ad, table, pos, total)
 
         return d_table
@@ -319,6 +319,15 @@ def _rotate_half(ad):
         return tf.concat((tf.neg(upper), lower), axis=-1)
 
     return rotate
+
+
+def _added(ad, q_rows, k_rows):
+    """The two branches' rows summed: in their own states when add accepts them, else both
+    replicated (q pending a sum where k is split, say)."""
+    try:
+        return ad.tf.add(q_rows, k_rows)
+    except VerifyError:
+        return ad.tf.add(ad.replicated(q_rows), ad.replicated(k_rows))
 
 
 def _scatter_rows(ad, table, pos, rows):
