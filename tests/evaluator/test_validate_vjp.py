@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from tilefoundry.analysis.access_relation import elementwise_relations
+from evaluator.test_validate import _elementwise_relation, _elementwise_typeinfer
 from tilefoundry.evaluator.validate import main, validate, vjp_catalog_samples
 from tilefoundry.evaluator.validation_checks import Settings
 from tilefoundry.ir.core import Call, Op, ParamDef
-from tilefoundry.ir.hir.op_support import propagate, result_storage, tensor_operands
-from tilefoundry.ir.types import TensorType
 from tilefoundry.rules import (
     register_access_relation,
     register_eval,
@@ -42,16 +40,6 @@ class AddsPrimalBackward(Op):
     when x is a pending sum and ct is complete."""
 
     x = ParamDef("input")
-
-
-def _elementwise_typeinfer(op, arg_types, ctx):
-    (x,) = tensor_operands(op, arg_types)
-    return TensorType(x.shape, x.dtype, propagate(op, arg_types, x.shape), result_storage(op, [x]))
-
-
-def _elementwise_relation(op, arg_types):
-    (x,) = tensor_operands(op, arg_types)
-    return elementwise_relations(1, x.shape, (x.shape,))
 
 
 for _twin in (AbsKeepsSums, ScaledByAbsBackward, AddsPrimalBackward):

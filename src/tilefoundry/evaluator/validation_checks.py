@@ -9,8 +9,9 @@ value compared with the unsharded run within a dtype-appropriate tolerance.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import product
 
 import numpy as np
@@ -246,6 +247,25 @@ def _addend_rounding(combo) -> float:
     return max(floors, default=0.0)
 
 
+def judged(
+    execute: Callable[[], object], truth, flip: int, floor: float = 0.0
+) -> tuple[str, str] | None:
+    """("refuted"|"unexecutable", detail) when `execute()`'s result, completed through its
+    claimed types, is not `truth` within the tolerance (at least `floor`; `flip`: the
+    sign-flipped rerun); None when it is."""
+    note = "sign-flipped: " if flip else ""
+    try:
+        result = execute()
+    except DivergentReplicas as err:
+        return "refuted", note + str(err)
+    except (VerifyError, EvalError) as err:
+        return "unexecutable", f"{type(err).__name__}: {err}"
+    except Exception as err:
+        return "unexecutable", f"crash {type(err).__name__}: {err}"
+    why = _refutation(result, truth, floor)
+    return ("refuted", note + why) if why else None
+
+
 def _leaves(value) -> tuple:
     return value if isinstance(value, tuple) else (value,)
 
@@ -362,17 +382,10 @@ class SampleRun:
             _nest_types(self.sample, [t for _, t in combo]),
         )
         for flip, (args, truth) in enumerate(placed):
-            try:
-                result = run_op(op, arg_types, out_type, args)
-            except DivergentReplicas as err:
-                return "refuted", ("sign-flipped: " if flip else "") + str(err)
-            except (VerifyError, EvalError) as err:
-                return "unexecutable", f"{type(err).__name__}: {err}"
-            except Exception as err:
-                return "unexecutable", f"crash {type(err).__name__}: {err}"
-            why = _refutation(result, truth, _addend_rounding(combo))
-            if why:
-                return "refuted", ("sign-flipped: " if flip else "") + why
+            execute = partial(run_op, op, arg_types, out_type, args)
+            found = judged(execute, truth, flip, _addend_rounding(combo))
+            if found:
+                return found
         return "ok", None
 
     def run(self) -> None:

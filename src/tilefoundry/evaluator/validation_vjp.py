@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from functools import partial
 
 import numpy as np
 
@@ -27,10 +28,11 @@ from tilefoundry.errors import EvalError, UnsupportedError, VerifyError
 from tilefoundry.evaluator.interpreter import Interpreter, evaluate
 from tilefoundry.evaluator.validation_checks import (
     SampleRun,
+    _addend_rounding,
     _nest,
-    _refutation,
     _rng,
     _slot_options,
+    judged,
     type_state,
 )
 from tilefoundry.evaluator.validation_inputs import (
@@ -40,7 +42,7 @@ from tilefoundry.evaluator.validation_inputs import (
     place,
     sign_flipped,
 )
-from tilefoundry.evaluator.values import DivergentReplicas, MeshValue, is_replicated_type
+from tilefoundry.evaluator.values import MeshValue, is_replicated_type
 from tilefoundry.ir.core import Call, Tuple, Var
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.types import TensorType, TupleType, Type
@@ -52,7 +54,7 @@ _TRIED = 4096
 """Input-state combinations typed per sample and mesh at most (RoPE has 640000 on the 2x2 mesh)."""
 
 
-def _one_op_program(sample, op, types: Sequence[Type]) -> Function:
+def one_op_program(sample, op, types: Sequence[Type]) -> Function:
     """`op` applied to one parameter per operand slot (tuple operands rebuilt from their
     fields), typed by typeinfer; raises VerifyError when typeinfer rejects the types."""
     params = tuple(Var(f"a{i}", t) for i, t in enumerate(types))
@@ -92,6 +94,11 @@ def _no_cotangent(type_: Type) -> bool:
     )
 
 
+def _invoked(fn: Function, args: Sequence) -> object:
+    """`fn` run by the interpreter on evaluator values (MeshValues placed by the validator)."""
+    return Interpreter().invoke(fn, args)[1]
+
+
 class VjpSampleRun(SampleRun):
     """One sample on one mesh in VJP mode: the unsharded backward, then every input state."""
 
@@ -101,7 +108,7 @@ class VjpSampleRun(SampleRun):
         differentiate or its unsharded backward fails."""
         op = self.sample.op_for(self.mesh)
         try:
-            plain = _one_op_program(
+            plain = one_op_program(
                 self.sample, op, [plain_type(s.shape, s.dtype) for s in self.slots]
             )
             self.argnums = differentiable_argnums(plain)
@@ -148,19 +155,11 @@ class VjpSampleRun(SampleRun):
 
     def check_backward(self, combo, backward: Function, variants, key) -> tuple[str, str | None]:
         for flip, (inputs, cotangents, truth) in enumerate(variants):
-            note = "sign-flipped: " if flip else ""
             args = self._arguments(backward, inputs, cotangents, (*key, flip))
-            try:
-                _, result = Interpreter().invoke(backward, args)
-            except DivergentReplicas as err:
-                return "refuted", note + str(err)
-            except (VerifyError, EvalError) as err:
-                return "unexecutable", f"{type(err).__name__}: {err}"
-            except Exception as err:
-                return "unexecutable", f"crash {type(err).__name__}: {err}"
-            why = _refutation(result, truth)
-            if why:
-                return "refuted", note + why
+            execute = partial(_invoked, backward, args)
+            found = judged(execute, truth, flip, _addend_rounding(combo))
+            if found:
+                return found
         return "ok", None
 
     def accepted(self, rng) -> Iterator[tuple[int, tuple, Function]]:
@@ -180,7 +179,7 @@ class VjpSampleRun(SampleRun):
                 continue  # the unsharded program itself: the reference
             self.tally.combinations += 1
             try:
-                fn = _one_op_program(self.sample, op, [t for _, t in combo])
+                fn = one_op_program(self.sample, op, [t for _, t in combo])
             except VerifyError:
                 self.tally.rejected += 1
                 continue
