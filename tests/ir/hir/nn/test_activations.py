@@ -201,6 +201,15 @@ def test_silu_fused_differs_from_rounded_sigmoid():
     assert float(fused[0]) != float(decomposed[0])
 
 
+@pytest.mark.parametrize("op", ALL, ids=repr)
+def test_kernel_of_a_rank_0_value(op):
+    """A rank-0 value stays one (found by the finite-difference tests: sigmoid and silu wrote
+    in place into numpy's scalar result of a 0-d ufunc)."""
+    got = run(op, np.array(-1.278, np.float32))
+    assert got.shape == () and got.dtype == np.float32
+    np.testing.assert_allclose(got, MATH[type(op)](-1.278), rtol=1e-6)
+
+
 def test_relu_integer_and_empty():
     np.testing.assert_array_equal(run(ReLU(), np.array([-2, 0, 5], np.int32)), [0, 0, 5])
     assert run(Tanh(), np.zeros((0, 4), np.float32)).shape == (0, 4)

@@ -112,8 +112,10 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     e = exp(-|x|) in [0, 1], it is 1 / (1 + e) where x >= 0 and e / (1 + e) elsewhere. The
     numerator is max(e, [x >= 0]): exactly 1 where x >= 0 (as e <= 1), exactly e elsewhere (as
     e >= 0), NaN for NaN; so the values are the two-branch `where`'s, bit for bit, computed
-    without a masked select (slow on unpredictable signs) or its two full-size branches."""
-    e = np.abs(x)
+    without a masked select (slow on unpredictable signs) or its two full-size branches. `e`
+    is written into an array of x's shape: a ufunc of a rank-0 array returns a scalar, which
+    the in-place steps could not write into."""
+    e = np.abs(x, out=np.empty_like(x))
     np.negative(e, out=e)
     np.exp(e, out=e)
     denominator = 1.0 + e
