@@ -48,6 +48,8 @@ class Case:
     tags: frozenset = field(default_factory=frozenset)
     argnums: tuple[int, ...] | None = None
     """The inputs to differentiate (None: every float input)."""
+    step: float = 1e-6
+    """The central finite difference's step (larger through a narrow dtype's rounding)."""
 
     def program(self) -> Function:
         params = tuple(
@@ -75,7 +77,14 @@ class Case:
         return tuple(out)
 
 
-_NUMPY = {"f64": np.float64, "f32": np.float32, "f16": np.float16, "i32": np.int32, "bool": bool}
+_NUMPY = {
+    "f64": np.float64,
+    "f32": np.float32,
+    "f16": np.float16,
+    "i32": np.int32,
+    "i64": np.int64,
+    "bool": bool,
+}
 
 
 def _unary(kind: UnaryKind) -> Callable[[Expr], Expr]:
