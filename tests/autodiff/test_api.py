@@ -154,14 +154,19 @@ def test_a_parameter_that_does_not_reach_the_output_has_a_zero_gradient():
     np.testing.assert_array_equal(gw, np.zeros_like(W))
 
 
-def test_an_op_without_a_rule_is_refused_up_front_at_its_line():
-    @func
-    def largest(x: Tensor[(8, 4), "f64"]):
-        values, _ = tf.topk(x, 2)
-        return tf.reduce(values, axes=(0, 1), keepdim=False, kind="sum")
+QUAD = make_mesh((4,), ("q",))
 
-    with pytest.raises(UnsupportedError, match=r"TopK: reverse-mode .* no VJP rule") as err:
-        grad(largest)
+
+def test_an_op_without_a_rule_is_refused_up_front_at_its_line():
+    """Local is the one op left without a rule (tests/autodiff/test_vjp_coverage.py)."""
+
+    @func
+    def per_device(x: Tensor[(8 @ QUAD.q,), "f64"]):
+        mine = tf.local(x)
+        return tf.reduce(mine, axes=(0,), keepdim=False, kind="sum")
+
+    with pytest.raises(UnsupportedError, match=r"Local: reverse-mode .* no VJP rule") as err:
+        grad(per_device)
     assert "test_api.py" in str(err.value)
 
 
