@@ -413,6 +413,54 @@ def hlo_collectives(hlo_text: str) -> list[dict[str, Any]]:
     return found
 
 
+HLO_COMPUTATION = re.compile(r"^(?:ENTRY )?%([\w.-]+) .*\{$")
+HLO_WHILE = re.compile(r"body=%([\w.-]+).*\"known_trip_count\":\{\"n\":\"(\d+)\"")
+HLO_CALLED = re.compile(r"(?:calls|to_apply|body|condition|branch_computations)=\{?%([\w.-]+)")
+
+
+def hlo_collective_executions(hlo_text: str) -> list[dict[str, Any]]:
+    """Every collective instruction of a compiled (per-device) HLO module, as `hlo_collectives`
+    gives it, with `operand_bytes` (one entry per operand: XLA's combiner may merge several
+    tensors' all-reduces into one instruction), `executions` per run of the module (the product
+    of the known trip counts of the `while` loops around it) and `in_loop`."""
+    computations: dict[str, list[str]] = {}
+    entry, lines = None, None
+    for line in hlo_text.splitlines():
+        header = HLO_COMPUTATION.match(line)
+        if header:
+            lines = computations.setdefault(header.group(1), [])
+            entry = header.group(1) if line.startswith("ENTRY") else entry
+        elif line.startswith("}"):
+            lines = None
+        elif lines is not None:
+            lines.append(line)
+    shapes = {name: shape for name, shape, _, _ in HLO_INSTRUCTION.findall(hlo_text)}
+    found: list[dict[str, Any]] = []
+
+    def visit(name: str, executions: int, in_loop: bool) -> None:
+        for line in computations.get(name, []):
+            looped = HLO_WHILE.search(line)
+            for called in HLO_CALLED.findall(line):
+                trips = int(looped.group(2)) if looped and called == looped.group(1) else 1
+                visit(called, executions * trips, in_loop or looped is not None)
+            for _, _, opcode, operands in HLO_INSTRUCTION.findall(line):
+                kind = opcode.removesuffix("-start")
+                if kind in COLLECTIVES:
+                    names = re.findall(r"%([\w.-]+)", operands)
+                    found.append(
+                        {
+                            "kind": kind,
+                            "operand_bytes": [shape_bytes(shapes[n]) for n in names],
+                            "executions": executions,
+                            "in_loop": in_loop,
+                        }
+                    )
+
+    if entry is not None:
+        visit(entry, 1, False)
+    return found
+
+
 def parse_example(example: ShardedExample) -> Any:
     from tilefoundry.frontend import parse_source
 

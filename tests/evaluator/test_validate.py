@@ -15,8 +15,9 @@ from tilefoundry.evaluator.validate import catalog_samples, main, validate
 from tilefoundry.evaluator.validation_checks import Settings
 from tilefoundry.ir.core import Op, ParamDef
 from tilefoundry.ir.hir.op_support import propagate, result_storage, tensor_operands
-from tilefoundry.ir.hir.tensor import Cast, Reduce, ReduceKind
-from tilefoundry.ir.types import TensorType, bf16, f32, i32
+from tilefoundry.ir.hir.tensor import Cast, Reduce, ReduceKind, Zeros
+from tilefoundry.ir.types import TensorType, bf16, f32, i32, make_shard_tensor_type
+from tilefoundry.ir.types.shard import B, P
 from tilefoundry.rules import (
     ACCESS_RELATION,
     EVAL,
@@ -47,6 +48,11 @@ class SumWithoutCombiner(Reduce):
     reduces its own block, so the claimed replicas disagree."""
 
 
+class OnesTypedLikeZeros(Zeros):
+    """A fill of ones with Zeros' rule, which accepts every Partial: right for max and min
+    (each addend one), wrong for sum (four addends of one sum to four)."""
+
+
 def _elementwise_typeinfer(op, arg_types, ctx):
     (x,) = tensor_operands(op, arg_types)
     return TensorType(x.shape, x.dtype, propagate(op, arg_types, x.shape), result_storage(op, [x]))
@@ -65,6 +71,14 @@ register_eval(ReluCommutesWithSum)(lambda op, args, out_type: np.maximum(args[0]
 register_typeinfer(SumWithoutCombiner)(TYPEINFER.lookup(Reduce))
 register_access_relation(SumWithoutCombiner)(ACCESS_RELATION.lookup(Reduce))
 register_eval(SumWithoutCombiner)(EVAL.lookup(Reduce))
+register_typeinfer(OnesTypedLikeZeros)(TYPEINFER.lookup(Zeros))
+register_eval(OnesTypedLikeZeros)(lambda op, args, out_type: np.ones(out_type.shape, np.float32))
+
+
+@register_sharded_eval(OnesTypedLikeZeros)
+def _ones_everywhere(op, args, call):
+    ones = np.ones(call.out_shapes[0], np.float32)
+    return call.map_devices(lambda coord, local: ones[call.block(coord)])
 
 
 @register_sharded_eval(SumWithoutCombiner)
@@ -136,6 +150,22 @@ def test_bf16_addends_widened_to_f32_are_judged_at_bf16_rounding():
     assert unsound == set() and report.tallies["CastCarriesPartials"].accepted > 0
 
 
+@pytest.mark.parametrize("reduction", ["sum", "max", "min"])
+def test_an_operand_free_op_is_checked_by_its_result_state_alone(reduction):
+    """A creation op has no input state to vary: its claimed state is the whole claim, and the
+    all-ones truth is not redrawn. Ones are a pending max or min, never a pending sum."""
+
+    def ones_on(mesh):
+        attrs = (P(reduction),) + (B,) * (mesh.rank - 1)
+        layout = make_shard_tensor_type((8, 8), f32, mesh=mesh, attrs=attrs).layout
+        return OnesTypedLikeZeros(shape=(8, 8), dtype=f32, layout=layout)
+
+    report = validate({"OnesTypedLikeZeros": [Sample(ones_on, ())]}, Settings(seed=3))
+    assert report.tallies["OnesTypedLikeZeros"].accepted == 2  # the 4 mesh and the 2x2 mesh
+    assert not report.broken_samples
+    assert {f.mesh for f in report.unsound} == ({"4", "2x2"} if reduction == "sum" else set())
+
+
 def test_the_cli_exits_1_on_an_unsound_rule(monkeypatch, capsys):
     twin = {"AbsKeepsPartials": [Sample(AbsKeepsPartials(), (Operand((4, 8)),))]}
     monkeypatch.setattr("tilefoundry.evaluator.validate.catalog_samples", lambda op: (twin, {}))
@@ -146,7 +176,7 @@ def test_the_cli_exits_1_on_an_unsound_rule(monkeypatch, capsys):
 
 def test_every_hir_op_is_sampled_or_says_why():
     sampled, not_sampled = catalog_samples()
-    assert set(not_sampled) == {"Iota", "Local", "Zeros"}
+    assert set(not_sampled) == {"Iota", "Local"}
     assert all(not reason.startswith("not sampled: missing") for reason in not_sampled.values())
     assert all(sampled.values()), "an op registers an empty sample list"
 

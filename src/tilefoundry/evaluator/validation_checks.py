@@ -296,6 +296,13 @@ def _candidates(ref_type: Type, mesh: Mesh) -> Iterator[tuple[str, Type]]:
         yield state_text((state,)), TupleType(tuple(typed)) if len(typed) > 1 else typed[0]
 
 
+def _unplaced(type_: Type) -> Type:
+    """`type_` with every field's layout dropped: what the unsharded run computes."""
+    if isinstance(type_, TupleType):
+        return TupleType(tuple(_unplaced(f) for f in type_.fields))
+    return plain_type(type_.shape, type_.dtype, type_.storage)
+
+
 def _constant(truth: object) -> bool:
     """Whether every element of the unsharded result is the same value (then it proves nothing
     about which output state is right)."""
@@ -329,11 +336,15 @@ class SampleRun:
         return Finding(self.name, self.label, self.mesh_text, inputs, claimed, detail)
 
     def truths(self) -> list[tuple[list[np.ndarray], object]] | None:
-        """Inputs and unsharded result, plain and sign-flipped; an all-zero result is redrawn."""
+        """Inputs and unsharded result, plain and sign-flipped; an all-zero result is redrawn
+        (unless the op has no operand to redraw: then its constant result is the claim). The
+        unsharded result is the op's kernel on global arrays with a plain result type, even
+        where the op places its result itself (Reshard's and Zeros' `layout=`)."""
         plain = [plain_type(s.shape, s.dtype) for s in self.slots]
         op = self.sample.op_for(self.mesh)
         try:
             self.ref_type = typeinfer_call(op, *_nest_types(self.sample, plain))
+            unsharded = _unplaced(self.ref_type)
             for attempt in range(REDRAWS):
                 rng = _rng(self.settings.seed, self.name, self.label, attempt)
                 values = [
@@ -341,13 +352,10 @@ class SampleRun:
                 ]
                 truth = _global(
                     run_op(
-                        op,
-                        _nest_types(self.sample, plain),
-                        self.ref_type,
-                        _nest(self.sample, values),
+                        op, _nest_types(self.sample, plain), unsharded, _nest(self.sample, values)
                     )
                 )
-                if not any(is_uninformative(t) for t in _leaves(truth)):
+                if not self.slots or not any(is_uninformative(t) for t in _leaves(truth)):
                     break
             else:
                 raise EvalError(f"{REDRAWS} draws gave an all-zero unsharded result")
@@ -356,7 +364,7 @@ class SampleRun:
             return None
         flipped = [sign_flipped(v, s.domain) for v, s in zip(values, self.slots, strict=True)]
         flipped_truth = _global(
-            run_op(op, _nest_types(self.sample, plain), self.ref_type, _nest(self.sample, flipped))
+            run_op(op, _nest_types(self.sample, plain), unsharded, _nest(self.sample, flipped))
         )
         return [(values, truth), (flipped, flipped_truth)]
 

@@ -1,5 +1,5 @@
-"""Zeros: typeinfer case table over its attributes (shape, dtype, storage), its operand-free
-relation, reference kernel and surface name."""
+"""Zeros: typeinfer case table over its attributes (shape, dtype, storage, layout), its
+operand-free relation, reference kernel, per-device shares and surface name."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 from tilefoundry.analysis import typeinfer_call
 from tilefoundry.errors import EvalError, VerifyError
+from tilefoundry.evaluator.single_op import run_op
 from tilefoundry.ir.hir.tensor.zeros import Zeros
 from tilefoundry.ir.types import (
     DimVar,
@@ -20,11 +21,20 @@ from tilefoundry.ir.types import (
     f32,
     fp8e4m3,
     i32,
+    make_shard_tensor_type,
     make_tensor_type,
 )
+from tilefoundry.ir.types.shard import B, Dynamic, Layout, P, S, ShardLayout, make_mesh
 from tilefoundry.rules import ACCESS_RELATION, EVAL, surface_entry
 
 N = DimVar("N", 1, 64)
+DP = make_mesh((4,), ("dp",))
+GRID = make_mesh((2, 2), ("a", "b"))
+
+
+def placed(shape, attrs, mesh=DP):
+    """The canonical type of `shape` in `attrs` (Split(i) naming logical axis i)."""
+    return make_shard_tensor_type(shape, f32, mesh=mesh, attrs=attrs)
 
 
 @pytest.mark.parametrize(
@@ -65,6 +75,52 @@ def test_typeinfer(attrs, expected):
 def test_attribute_refusals(attrs, match):
     with pytest.raises(VerifyError, match=match):
         Zeros(**attrs)
+
+
+@pytest.mark.parametrize(
+    ("shape", "attrs", "mesh"),
+    [
+        # issue 26: zeros are a valid pending value of every reduction (each addend zero)
+        ((8, 4), (P("sum"),), DP),
+        ((8, 4), (P("max"),), DP),
+        ((8, 4), (P("min"),), DP),
+        ((8, 4), (B,), DP),
+        ((8, 4), (S(0),), DP),
+        ((8, 4), (S(1),), DP),
+        ((8, 4), (P("sum"), S(1)), GRID),
+        ((8, 4), (S(0), P("sum")), GRID),
+        ((), (P("sum"),), DP),
+    ],
+)
+def test_typeinfer_with_a_layout_gives_exactly_that_layout(shape, attrs, mesh):
+    want = placed(shape, attrs, mesh)
+    assert typeinfer_call(Zeros(shape=shape, dtype=f32, layout=want.layout)) == want
+
+
+def test_a_layout_without_strides_gets_c_order_over_the_global_shape():
+    """Reshard's same-storage default for a sugar target (shard §7.5)."""
+    sugar = ShardLayout(Layout((8, 4)), (P("sum"),), DP)
+    got = typeinfer_call(Zeros(shape=(8, 4), dtype=f32, layout=sugar))
+    assert got.layout.layout.stride == (4, 1)
+    assert got.layout.attrs == (P("sum"),)
+
+
+@pytest.mark.parametrize(
+    ("layout", "match"),
+    [
+        (
+            placed((4, 4), (P("sum"),)).layout,
+            r"Zeros: the layout .* has size 16 but the shape \[8, 4\] has size 32",
+        ),
+        (
+            ShardLayout(Layout((8, 4)), (Dynamic(),), DP),
+            r"Zeros: the layout is Dynamic on mesh axis 0 \('dp'\).* name Split\(k\)",
+        ),
+    ],
+)
+def test_layout_refusals(layout, match):
+    with pytest.raises(VerifyError, match=match):
+        typeinfer_call(Zeros(shape=(8, 4), dtype=f32, layout=layout))
 
 
 def test_default_storage_is_gmem():
@@ -112,3 +168,17 @@ def test_surface_name():
     entry = surface_entry("zeros")
     assert entry.op_class is Zeros
     assert entry.fixed == {}
+
+
+@pytest.mark.parametrize(
+    ("attrs", "block"),
+    [((P("sum"),), (8, 4)), ((S(0),), (2, 4)), ((S(1),), (8, 1))],
+)
+def test_each_device_holds_zeros_of_its_share(attrs, block):
+    """DESIGN §4.12: a Split device holds its block, a Partial device an addend (a Broadcast
+    value is one replicated global value)."""
+    type_ = placed((8, 4), attrs)
+    value = run_op(Zeros(shape=(8, 4), dtype=f32, layout=type_.layout), (), type_, ())
+    assert len(value.shards) == 4
+    for shard in value.shards.values():
+        assert shard.shape == block and shard.dtype == np.float32 and not shard.any()
