@@ -130,21 +130,27 @@ def _admit(
     if not isinstance(fn, Function):
         raise EvalError(f"run_xla: expected a hir Function, got {type(fn).__name__}")
     arrays, bindings = check_inputs(fn, arrays)
-    check_memory(fn, bindings, "run_xla")
-    depth = call_depth(fn)
-    if depth > MAX_CALL_DEPTH:
-        raise UnsupportedError(
-            f"run_xla: Function {fn.name} nests @func calls {depth} deep; XLA's compiler "
-            f"crashes on call chains of about 200 (measured with jaxlib 0.10.2), so this exit "
-            f"takes at most {MAX_CALL_DEPTH}; merge some functions, or run it on the reference "
-            "backend"
-        )
+    check_program(fn, bindings, "run_xla")
     key = _cache_key(fn, arrays, devices)
     entry = _EXECUTABLES.get(key)
     if entry is None:  # new (shapes, dtypes), already checked against the signature: compile
         entry = _Entry(_compiled(fn, arrays, bindings, devices), None)
     entry = entry._replace(memory_setting=memory_setting())
     return _EXECUTABLES.put(key, entry, owner=fn), arrays
+
+
+def check_program(fn: Function, bindings: dict[str, int], caller: str) -> None:
+    """What XLA is given only once these hold: the memory estimate fits, and the call chain is
+    one XLA's compiler survives."""
+    check_memory(fn, bindings, caller)
+    depth = call_depth(fn)
+    if depth > MAX_CALL_DEPTH:
+        raise UnsupportedError(
+            f"{caller}: Function {fn.name} nests @func calls {depth} deep; XLA's compiler "
+            f"crashes on call chains of about 200 (measured with jaxlib 0.10.2), so this exit "
+            f"takes at most {MAX_CALL_DEPTH}; merge some functions, or run it on the reference "
+            "backend"
+        )
 
 
 def _compiled(

@@ -127,19 +127,26 @@ class JaxFunction(NamedTuple):
 
 
 def jax_function(
-    text: str, *, in_shardings: Any = None, out_shardings: Any = None, num_devices: int = 1
+    text: str,
+    *,
+    in_shardings: Any = None,
+    out_shardings: Any = None,
+    num_devices: int = 1,
+    donate_argnums: tuple[int, ...] = (),
 ) -> JaxFunction:
     """Our module jitted: numpy arguments are placed by jit's C++ path. With `in_shardings` /
     `out_shardings` (NamedShardings on a mesh of `num_devices` devices) the module is an SPMD
     one: jit places each argument's blocks on their devices and returns global arrays of the
-    given shardings."""
+    given shardings. `donate_argnums` are jit's: jax honours them through `exported.call` (the
+    lowered `main` marks each donated argument `tf.aliasing_output` of a result of its type,
+    and the result reuses its buffers; tests/exits/test_device_step.py checks both)."""
     import jax
 
     exported = exported_module(text, num_devices=num_devices)
-    if in_shardings is None:
-        call = jax.jit(exported.call)
-    else:
-        call = jax.jit(exported.call, in_shardings=in_shardings, out_shardings=out_shardings)
+    placed = {} if in_shardings is None else {"in_shardings": in_shardings}
+    if out_shardings is not None:
+        placed["out_shardings"] = out_shardings
+    call = jax.jit(exported.call, donate_argnums=donate_argnums, **placed)
     wide = any(a.dtype in _X64_DTYPES for a in (*exported.in_avals, *exported.out_avals))
     return JaxFunction(call, wide, len(exported.out_avals))
 

@@ -69,23 +69,39 @@ def spmd_runner(
     return numpy_caller(spmd_function(fn, devices, bindings), flat=flat)
 
 
-def spmd_function(fn: Function, devices: int, bindings: dict[str, int]) -> JaxFunction:
+def spmd_function(
+    fn: Function,
+    devices: int,
+    bindings: dict[str, int],
+    *,
+    donate_argnums: tuple[int, ...] = (),
+    caller: str = "run_xla",
+) -> JaxFunction:
     """The SPMD module of `fn` jitted for `devices` devices, compiled for the DimVar `bindings`
     of arguments already checked against the signature (`exits.runtimes.xla.check_inputs`: count,
-    dtype, shape); the caller caches it per shapes."""
+    dtype, shape); the caller caches it per shapes. In a process that joined a multi-process run
+    (`jax.distributed`), the devices are the run's global ones, placed as the distributed runtime
+    places them (`placement.device_grid`: the outermost mesh axes cross processes)."""
     import jax
     from jax.sharding import Mesh, NamedSharding
 
-    _check_device_count(devices)
+    processes = jax.process_count()
+    if processes == 1:
+        _check_device_count(devices)
     module = lower_spmd(fn, bindings=bindings or None)
     count = prod(module.mesh.shape)
     if count != devices:
         raise UnsupportedError(
-            f"run_xla: {fn.name} runs on a mesh of {count} devices "
+            f"{caller}: {fn.name} runs on a mesh of {count} devices "
             f"({module.mesh!r}), not devices={devices}"
         )
-    placed_on = jax.devices("cpu")[:count]
-    jax_mesh = Mesh(np.array(placed_on).reshape(module.mesh.shape), axis_names(module.mesh))
+    if processes == 1:
+        grid = np.array(jax.devices("cpu")[:count]).reshape(module.mesh.shape)
+    else:
+        from tilefoundry.exits.runtimes.distributed.placement import device_grid
+
+        grid = device_grid(module.mesh, jax.devices(), processes)
+    jax_mesh = Mesh(grid, axis_names(module.mesh))
 
     def placement(types: tuple[TensorType, ...]) -> tuple:
         return tuple(
@@ -97,6 +113,7 @@ def spmd_function(fn: Function, devices: int, bindings: dict[str, int]) -> JaxFu
         in_shardings=placement(module.param_types),
         out_shardings=placement(module.result_types),
         num_devices=count,
+        donate_argnums=donate_argnums,
     )
 
 

@@ -205,18 +205,11 @@ def check_arguments(
     conversion or a reinterpretation of its bits), then ranks, extents and DimVars
     (`bind_dim_vars`). Returns the arguments as ndarrays and the DimVar bindings; each refusal is
     an EvalError naming the parameter and the fix."""
-    if len(arrays) != len(params):
-        names = ", ".join(p.name for p in params)
-        raise EvalError(
-            f"{caller}: Function {fn_name}: expected {len(params)} argument(s) ({names}), "
-            f"got {len(arrays)}; pass one array per parameter"
-        )
+    _check_count(fn_name, params, arrays, caller)
     checked = []
     for param, array in zip(params, arrays, strict=True):
         where = f"Function {fn_name}: parameter '{param.name}'"
-        if not isinstance(param.type, TensorType):
-            raise UnsupportedError(f"{caller}: {where} is {param.type}; it takes tensor parameters")
-        expected = carrier(param.type.dtype, where)
+        expected = _expected_dtype(param, where, caller, carrier)
         try:
             value = np.asarray(array)
         except (TypeError, ValueError) as err:
@@ -224,14 +217,53 @@ def check_arguments(
                 f"{where}: the argument is not an array ({err}); pass a numpy array of dtype "
                 f"{expected}"
             ) from None
-        if value.dtype != expected:
-            # raw bytes of the same width are how np.save stores an ml_dtypes array
-            raw = value.dtype.kind == "V" == expected.kind
-            fix = "view" if raw and value.dtype.itemsize == expected.itemsize else "astype"
-            raise EvalError(
-                f"{where} is {param.type.dtype.name} ({expected}), got an array of dtype "
-                f"{value.dtype}; convert it with .{fix}({expected.name!r}) first"
-            )
+        _check_dtype(param, where, value.dtype, expected)
         checked.append(value)
     bindings = bind_dim_vars(fn_name, params, [a.shape for a in checked])
     return tuple(checked), bindings
+
+
+def check_array_signature(
+    fn_name: str, params: Sequence[Var], arrays: Sequence[Any], caller: str
+) -> Bindings:
+    """`check_arguments` for arrays that must not be read or converted (device arrays: reading
+    one copies it to the host): the same checks from each argument's `shape` and `dtype`."""
+    _check_count(fn_name, params, arrays, caller)
+    for param, array in zip(params, arrays, strict=True):
+        where = f"Function {fn_name}: parameter '{param.name}'"
+        expected = _expected_dtype(param, where, caller, numpy_carrier)
+        if not hasattr(array, "shape") or not hasattr(array, "dtype"):
+            raise EvalError(
+                f"{where}: the argument is a {type(array).__name__}, not an array; pass a jax "
+                f"or numpy array of dtype {expected}"
+            )
+        _check_dtype(param, where, np.dtype(array.dtype), expected)
+    return bind_dim_vars(fn_name, params, [tuple(a.shape) for a in arrays])
+
+
+def _check_count(fn_name: str, params: Sequence[Var], arrays: Sequence[Any], caller: str) -> None:
+    if len(arrays) != len(params):
+        names = ", ".join(p.name for p in params)
+        raise EvalError(
+            f"{caller}: Function {fn_name}: expected {len(params)} argument(s) ({names}), "
+            f"got {len(arrays)}; pass one array per parameter"
+        )
+
+
+def _expected_dtype(
+    param: Var, where: str, caller: str, carrier: Callable[[DType, str], np.dtype]
+) -> np.dtype:
+    if not isinstance(param.type, TensorType):
+        raise UnsupportedError(f"{caller}: {where} is {param.type}; it takes tensor parameters")
+    return carrier(param.type.dtype, where)
+
+
+def _check_dtype(param: Var, where: str, got: np.dtype, expected: np.dtype) -> None:
+    if got != expected:
+        # raw bytes of the same width are how np.save stores an ml_dtypes array
+        raw = got.kind == "V" == expected.kind
+        fix = "view" if raw and got.itemsize == expected.itemsize else "astype"
+        raise EvalError(
+            f"{where} is {param.type.dtype.name} ({expected}), got an array of dtype "
+            f"{got}; convert it with .{fix}({expected.name!r}) first"
+        )
