@@ -1,6 +1,7 @@
 """The device-resident step's checks that need 8 XLA devices (issue 26 item 1), run by name in
 the session's 8-device worker and, as a script, by each process of a 2-process run
-(`python device_step_checks.py OUT_DIR`, started by `launch_local`).
+(`python device_step_checks.py OUT_DIR`, started by `launch_local`), which also saves and
+restores a checkpoint in per-process files (item 6).
 
 Each runs `accumulation_programs.pending_step` (one SGD step of a data-parallel MLP: replicated
 weights, batch split over `dp`) for STEPS steps on placed arrays, donating the weights, inside
@@ -48,9 +49,32 @@ def _buffers(array) -> list[int]:
     return [shard.data.unsafe_buffer_pointer() for shard in array.addressable_shards]
 
 
+def checkpoint_round_trip(path: Path) -> bool:
+    """Save the placed inputs (x split over dp: each process holds half its rows; w1
+    replicated), each process its own file of its blocks, restore them onto the same shardings:
+    equal to what was saved."""
+    import numpy as np
+
+    from tilefoundry import jit, training_state
+    from tilefoundry.exits.runtimes.device_step import fetch
+    from train import accumulation_programs as programs
+
+    step = jit(programs.pending_step, devices=8)
+    x, _, w1, _ = step.place(*programs.inputs())
+    saved = training_state.TrainingState({"x": x, "w1": w1}, step=STEPS, data_position=5)
+    training_state.save(path, saved)
+    back = training_state.restore(path, shardings={"x": x.sharding, "w1": w1.sharding})
+    same = all(
+        np.array_equal(fetch(back.arrays[name]), fetch(array))
+        for name, array in saved.arrays.items()
+    )
+    return same and (back.step, back.data_position) == (STEPS, 5)
+
+
 def main(out_dir: str) -> int:
-    """One process of a multi-process run: join it, take the steps, process 0 writes the
-    gathered weights (every process gathers: `fetch` is collective across processes)."""
+    """One process of a multi-process run: join it, take the steps, round-trip a checkpoint;
+    process 0 writes the gathered weights and the flags (every process gathers: `fetch` is
+    collective across processes)."""
     import numpy as np
 
     from tilefoundry.exits.runtimes.distributed import config_from_environment, initialize
@@ -59,9 +83,10 @@ def main(out_dir: str) -> int:
     import jax
 
     found = resident_steps()
+    restored = checkpoint_round_trip(Path(out_dir, "ckpt.npz"))
     if jax.process_index() == 0:
         w1, w2 = found["weights"]
-        flags = np.array([*found["donated"], *found["reused"]])
+        flags = np.array([*found["donated"], *found["reused"], restored])
         np.savez(Path(out_dir, "steps.npz"), w1=w1, w2=w2, flags=flags)
     return 0
 

@@ -6,6 +6,7 @@ number of times; "never copies parameters to the host" is asserted by running ev
 inputs being deleted and the new weights living in the old weights' device buffers.
 """
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -98,7 +99,7 @@ def test_eight_device_steps_stay_resident_donate_and_equal_numpy(devices8):
 
 
 @pytest.mark.slow
-def test_the_step_runs_resident_on_two_processes_of_four_devices(tmp_path):
+def test_the_step_runs_resident_and_checkpoints_on_two_processes_of_four_devices(tmp_path):
     script = str(Path(device_step_checks.__file__))
     launch_local(
         [sys.executable, script, str(tmp_path)],
@@ -112,3 +113,11 @@ def test_the_step_runs_resident_on_two_processes_of_four_devices(tmp_path):
     assert found["flags"].all()
     for name, want in zip(("w1", "w2"), _numpy_steps(device_step_checks.STEPS), strict=True):
         np.testing.assert_allclose(found[name], want, rtol=1e-5, atol=1e-6)
+    # the checkpoint: one file per process, each with the rows of x its 4 devices hold
+    half = programs.BATCH // 2
+    for process in range(2):
+        data = np.load(tmp_path / f"ckpt.npz.process{process}-of-2")
+        (x,) = [a for a in json.loads(str(data["__checkpoint__"]))["arrays"] if a["name"] == "x"]
+        rows = sorted(tuple(block["index"][1]) for block in x["blocks"])
+        want = [(process * half + i * 2, process * half + i * 2 + 2) for i in range(4)]
+        assert rows == want, process
