@@ -210,3 +210,56 @@ def pending_type(type_: TensorType, axis: str) -> TensorType:
     mesh = type_.layout.mesh
     attrs = [P("sum") if a.name == axis else B for a in mesh.axes]
     return make_shard_tensor_type(type_.shape, type_.dtype, mesh=mesh, attrs=attrs)
+
+
+def training_step(loss: Function, optimizer: Optimizer, data: int) -> Function:
+    """One training step as a `@func`: `loss`'s value and gradients (`value_and_grad` over every
+    parameter after the first `data`, which are the batch) and `optimizer`'s update of them.
+
+        train_step(data_0.., p_0.., <state>_0.., ..., step) -> (loss, p_0'.., <state>_0'.., ...)
+
+    The optimizer must be built for `loss`'s parameters; the gradients' types (replicated
+    parameters get replicated, reduced gradients) are checked against its `grad_types` by the
+    update's own signature where the step calls it."""
+    from tilefoundry.autodiff import value_and_grad
+    from tilefoundry.frontend import parse_source
+
+    params = loss.params[data:]
+    if tuple(p.type for p in params) != optimizer.param_types:
+        raise VerifyError(
+            f"training_step: {optimizer.name} was built for {len(optimizer.param_types)} "
+            f"parameter type(s) that are not {loss.name}'s after its {data} data parameter(s); "
+            f"build it with [p.type for p in {loss.name}.params[{data}:]]"
+        )
+    count = len(params)
+    names = [p.name for p in loss.params]
+    states = [f"{s}_{p.name}" for s in optimizer.state_names for p in params]
+    namespace = {f"T{i}": _annotation(p.type) for i, p in enumerate(loss.params)}
+    namespace |= {f"S{i}": _annotation(t) for i, t in enumerate(optimizer.state_types)}
+    namespace |= {
+        "GRADIENTS": value_and_grad(loss, argnums=tuple(range(data, data + count))),
+        "UPDATE": optimizer.update,
+    }
+    signature = [f"{n}: T{i}" for i, n in enumerate(names)]
+    signature += [f"{s}: S{i % count}" for i, s in enumerate(states)]
+    signature.append('step: Tensor[(), "i32"]')
+    grads = [f"d_{p.name}" for p in params]
+    new = [f"new_{n}" for n in (*names[data:], *states)]
+    source = "\n".join(
+        [
+            "from tilefoundry.frontend import Tensor, func",
+            "",
+            "",
+            "@func",
+            "def train_step(",
+            *(f"    {entry}," for entry in signature),
+            "):",
+            f"    value, ({', '.join(grads)},) = GRADIENTS({', '.join(names)})",
+            f"    {', '.join(new)} = UPDATE({', '.join([*names[data:], *grads, *states])}, step)",
+            f"    return ({', '.join(['value', *new])},)",
+            "",
+        ]
+    )
+    return parse_source(source, f"<tilefoundry.optim.training_step:{loss.name}>", namespace)[
+        "train_step"
+    ]

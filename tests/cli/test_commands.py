@@ -8,7 +8,7 @@ from cli.conftest import EXAMPLES
 EXAMPLE_FILES = sorted(p.name for p in EXAMPLES.glob("*.py"))
 
 
-def test_the_examples_are_the_documented_thirteen():
+def test_the_examples_are_the_documented_fourteen():
     assert EXAMPLE_FILES == [
         "dispatch_kernel.py",
         "flash_attention.py",
@@ -22,6 +22,7 @@ def test_the_examples_are_the_documented_thirteen():
         "online_softmax.py",
         "tiled_matmul.py",
         "tiled_reduction.py",
+        "train_llama.py",
         "transformer_block.py",
     ]
 
