@@ -23,6 +23,7 @@ SCRIPTS = [
     "fusion_traffic",
     "communication",
     "backward",
+    "train_step",
 ]
 
 
