@@ -5,9 +5,10 @@ is compiled (legalize, verify, fuse, verify) and the fused program is checked ag
 original; the CuTe layout algebra and the seed's sharded layout (shard-layout §7.5) get a few
 lines; a wrong sharding is refused at compile time; the Megatron MLP runs on 8 simulated devices;
 a tensor-parallel Llama decoder layer (examples/llama.py) runs on 8 simulated devices; the gradient
-of a Megatron MLP loss (examples/megatron_grad.py, `value_and_grad`) runs there too; and where jax
-is installed the block runs on XLA, and the Megatron MLP, the Llama layer and the gradient on 8 XLA
-devices.
+of a Megatron MLP loss (examples/megatron_grad.py, `value_and_grad`) runs there too; a few AdamW
+steps of examples/train_llama.py train a 2-layer Llama on a 2 x 4 simulated mesh; and where jax
+is installed the block runs on XLA, and the Megatron MLP, the Llama layer, the gradient and the
+training steps (state resident on the devices) on 8 XLA devices.
 Every number printed is computed here at run time, and a sharded result is compared with plain
 float64 numpy: `run_demo` returns False (the command exits 1) when one disagrees. A step the
 compiler still refuses is reported with its refusal, and claims nothing.
@@ -268,7 +269,16 @@ def _scaled(result, want: tuple[np.ndarray, ...]) -> np.ndarray:
 
 
 def _xla(
-    out: TextIO, block, block_arrays, block_result, mlp, mlp_arrays, mlp_result, llama, gradients
+    out: TextIO,
+    block,
+    block_arrays,
+    block_result,
+    mlp,
+    mlp_arrays,
+    mlp_result,
+    llama,
+    gradients,
+    losses,
 ):
     """Runs the XLA steps; False when a result it prints disagrees with numpy."""
     _section(out, "XLA (through the StableHLO exit)")
@@ -310,7 +320,48 @@ def _xla(
         if isinstance(want, tuple):  # the loss and its gradients
             on_devices, want = _scaled(on_devices, want), _scaled(want, want)
         agreed = _agrees(out, label, on_devices, want) and agreed
-    return agreed
+    return _training_on_xla(out, losses) and agreed
+
+
+TRAIN_STEPS = 3
+
+
+def _training(out: TextIO) -> tuple[list[float], bool]:
+    """A few AdamW steps of examples/train_llama.py on the simulated 2 x 4 mesh: the losses,
+    and whether they fall."""
+    _section(
+        out, f"training: {TRAIN_STEPS} AdamW steps of a 2-layer Llama on 2 x 4 simulated devices"
+    )
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    import train_llama
+
+    _, losses = train_llama.train(train_llama.start(), TRAIN_STEPS, backend="reference")
+    out.write(
+        "examples/train_llama.py: train_step = optim.training_step(loss, optim.adamw(...)) on "
+        "DP x TP (the weight gradients all-reduced over dp, Megatron's over tp); the SPMD exit "
+        f"emits {_collectives_in_words(train_llama.train_step)}\n"
+        f"losses, simulated: {', '.join(f'{v:.4f}' for v in losses)}\n"
+    )
+    falls = losses[-1] < losses[0]
+    if not falls:
+        out.write("the loss does not fall: DISAGREES with what AdamW must do here\n")
+    return losses, falls
+
+
+def _training_on_xla(out: TextIO, simulated: list[float]) -> bool:
+    """The same steps with the state resident on 8 XLA devices (tilefoundry.jit)."""
+    import train_llama
+
+    _, losses = train_llama.train(train_llama.start(), TRAIN_STEPS)
+    error = _max_diff(np.array(losses), np.array(simulated)) / max(simulated)
+    verdict = "agrees" if error <= AGREE else f"DISAGREES (more than {AGREE:g})"
+    out.write(
+        f"training losses on {DEMO_DEVICES} XLA devices (state resident, donated): "
+        f"{', '.join(f'{v:.4f}' for v in losses)}; max |diff| vs the simulation = "
+        f"{error:.3g} of the loss, {verdict}\n"
+    )
+    return error <= AGREE
 
 
 def run_demo(out: TextIO) -> bool:
@@ -325,6 +376,7 @@ def run_demo(out: TextIO) -> bool:
     mlp, mlp_arrays, mlp_result = _megatron_reference(out)
     layer, layer_arrays, layer_want, simulated = _llama(out)
     step, step_arrays, step_want, differentiated = _gradients(out)
+    losses, trains = _training(out)
     on_xla = _xla(
         out,
         block,
@@ -335,5 +387,6 @@ def run_demo(out: TextIO) -> bool:
         mlp_result,
         (layer, layer_arrays, layer_want),
         (step, step_arrays, step_want),
+        losses,
     )
-    return simulated and differentiated and on_xla
+    return simulated and differentiated and trains and on_xla
