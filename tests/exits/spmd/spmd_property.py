@@ -164,8 +164,9 @@ def _cases_for(name: str, samples: list[Sample], mesh: Mesh, rng, skipped: Count
         sample = samples[index]
         combo = _draw_combo(options[index], rng)
         key = (index, tuple(attrs for attrs, _ in combo))
-        if key in seen or all(_replicated(attrs) for attrs, _ in combo):
-            continue  # an all-replicated call does not touch the mesh
+        if key in seen or (combo and all(_replicated(attrs) for attrs, _ in combo)):
+            continue  # an all-replicated call does not touch the mesh (an operand-free op's
+            # own result state does: Zeros placed on it)
         seen.add(key)
         op = sample.op_for(mesh)
         try:
