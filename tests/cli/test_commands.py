@@ -59,6 +59,17 @@ def test_show_prints_ir_and_where_sharded_values_live(cli):
     assert "x: split dim 0, y: partial sum" in done.stdout
     assert "[8, 8] x 8" in done.stdout  # a 16x8 value split 2 ways by rows: 8x8 per device
     assert "y: all-reduce(sum)" in done.stdout
+    assert "memory per device (estimate from the types): " in done.stdout
+
+
+def test_run_refuses_a_program_over_its_device_memory_budget_before_running(cli):
+    done = cli("run", "examples/megatron_mlp.py", "--device-memory", "1K")
+    assert done.returncode == 1
+    assert "error: run: Function megatron_mlp needs about " in done.stderr
+    assert "more than the 1.0 KiB per device of --device-memory" in done.stderr
+    assert "oracle" not in done.stdout  # refused before anything ran
+    fits = cli("run", "examples/megatron_mlp.py", "--device-memory", "80G")
+    assert fits.returncode == 0, fits.stderr
 
 
 def test_show_fused_prints_regions_and_the_report(cli):

@@ -110,6 +110,12 @@ def show(args: argparse.Namespace) -> int:
         table.add_row(*map(plain, cells))  # names may hold rich markup
     console.print()
     console.print(table)
+    from tilefoundry.analysis.device_memory import device_memory
+
+    console.print(
+        f"memory per device (estimate from the types): {device_memory(fn).describe()}",
+        markup=False,
+    )
     return 0
 
 

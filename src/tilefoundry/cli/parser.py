@@ -72,6 +72,15 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _size(text: str) -> int:
+    from tilefoundry.analysis.device_memory import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _add_program(sub: argparse.ArgumentParser, *, dims: bool = True) -> None:
     sub.add_argument("file", metavar="FILE", help="a DSL file (Python with @func / @module)")
     sub.add_argument("--func", metavar="NAME", help="the function to use: NAME or Module.NAME")
@@ -183,6 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=300.0,
         metavar="S",
         help="with --processes: stop every worker and fail if the run takes longer (default 300)",
+    )
+    runner.add_argument(
+        "--device-memory",
+        type=_size,
+        metavar="SIZE",
+        help="refuse, before the run, a program whose estimated memory per device (arguments "
+        "and the peak of its computed values, from the types) is over SIZE, e.g. 80G",
     )
     runner.add_argument("--seed", type=_seed, default=0, help="seed for inputs and DimVars")
     runner.add_argument("--inputs", nargs="+", metavar="NPY", help="one .npy file per parameter")
