@@ -4,9 +4,20 @@ optimizer state; `zero_step` keeps them pending, and its ZeRO-1 AdamW reduce-sca
 the state's split over `dp`, updates that 1/8 slice and all-gathers the new weight."""
 
 from tilefoundry import Tensor, func, grad, optim
+from tilefoundry.dsl import tf
 from tilefoundry.ir.types import f32, i32, make_shard_tensor_type
 from tilefoundry.ir.types.shard import B
-from train.accumulation_programs import BATCH, DP, HIDDEN, MODEL, WEIGHTS, loss
+from train.accumulation_programs import (
+    BATCH,
+    DP,
+    HIDDEN,
+    MICRO,
+    MODEL,
+    PENDING_1,
+    PENDING_2,
+    WEIGHTS,
+    loss,
+)
 
 LEARNING_RATE = 0.01
 WEIGHT_TYPES = tuple(make_shard_tensor_type(shape, f32, mesh=DP, attrs=(B,)) for shape in WEIGHTS)
@@ -57,6 +68,30 @@ def zero_step(
     return ZERO.update(w1, w2, g1, g2, mu1, mu2, nu1, nu2, step)
 
 
+@func
+def zero_accumulation_step(
+    x: Tensor[(MICRO, BATCH @ DP.dp, MODEL), "f32"],
+    y: Tensor[(MICRO, BATCH @ DP.dp, MODEL), "f32"],
+    w1: Tensor[(MODEL, HIDDEN), "f32", W1],
+    w2: Tensor[(HIDDEN, MODEL), "f32", W2],
+    mu1: Tensor[(MODEL, HIDDEN), "f32", Z1],
+    mu2: Tensor[(HIDDEN, MODEL), "f32", Z2],
+    nu1: Tensor[(MODEL, HIDDEN), "f32", Z1],
+    nu2: Tensor[(HIDDEN, MODEL), "f32", Z2],
+    step: Tensor[(), "i32"],
+):
+    """MICRO micro-batches accumulated pending, then ZeRO-1 AdamW: each weight's gradient is
+    reduce-scattered once per step, after the loop (the sum of the micro-batches' mean losses:
+    the optimizer's normalised update does not care for the scale)."""
+    g1 = tf.zeros((MODEL, HIDDEN), "f32", layout=PENDING_1)
+    g2 = tf.zeros((HIDDEN, MODEL), "f32", layout=PENDING_2)
+    for i in range(MICRO):
+        d1, d2 = pending(x[i], y[i], w1, w2)
+        g1 = g1 + d1
+        g2 = g2 + d2
+    return ZERO.update(w1, w2, g1, g2, mu1, mu2, nu1, nu2, step)
+
+
 PROGRAMS = {"replicated_step": replicated_step, "zero_step": zero_step}
 
 
@@ -80,3 +115,12 @@ def on_devices(arrays: tuple, steps: int) -> dict:
             state = step(*data, *state, np.array(count, np.int32))
         found[name] = (fetch(state[:2]), analysis.argument_size_in_bytes)
     return found
+
+
+def zero_accumulation_hlo() -> str:
+    """Run in the 8-device worker: XLA's compiled HLO of `zero_accumulation_step`."""
+    from tilefoundry.exits.runtimes.xla_spmd import _compile
+    from tilefoundry.exits.stablehlo.spmd import emit_spmd
+
+    executable, _ = _compile(emit_spmd(zero_accumulation_step), 8)
+    return "\n".join(m.to_string() for m in executable.hlo_modules())

@@ -8,6 +8,9 @@ XLA's memory analysis of the compiled steps), and the collectives the plan says:
 reduce-scatter and an all-gather per weight instead of an all-reduce.
 """
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -21,6 +24,7 @@ from train import accumulation_programs
 from train import optim_programs as programs
 
 TIMEOUT_S = 600
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 STEPS = 3
 TYPES = (make_tensor_type((4, 3), f32), make_tensor_type((5,), f32))
 ADAMW = {"learning_rate": 0.05, "b1": 0.8, "b2": 0.95, "eps": 1e-6, "weight_decay": 0.1}
@@ -181,3 +185,20 @@ def test_zero_on_8_xla_devices_equals_replicated_with_an_eighth_of_the_state(dev
         np.testing.assert_allclose(r, s, rtol=1e-5, atol=1e-6)
     state_bytes = 2 * sum(4 * int(np.prod(shape)) for shape in accumulation_programs.WEIGHTS)
     assert replicated_bytes - zero_bytes == state_bytes * 7 // 8
+
+
+@pytest.mark.slow
+def test_zero_accumulation_reduce_scatters_each_weight_once_outside_the_loop(devices8):
+    """Issue 26 "Done when": with ZeRO, one reduce-scatter per parameter per step, outside the
+    micro-batch loop, counted in XLA's compiled HLO (operands counted: its combiner may merge
+    weights into one instruction); the updated weights' all-gathers are outside it too."""
+    sys.path.insert(0, str(BENCHMARKS))
+    from communication import hlo_collective_executions
+
+    hlo = devices8.submit(programs.zero_accumulation_hlo).result(timeout=TIMEOUT_S)
+    found = hlo_collective_executions(hlo)
+    weight_bytes = sorted(4 * int(np.prod(s)) for s in accumulation_programs.WEIGHTS)
+    scatters = [c for c in found if c["kind"] == "reduce-scatter"]
+    assert sorted(b for c in scatters for b in c["operand_bytes"]) == weight_bytes
+    assert {(c["in_loop"], c["executions"]) for c in found} == {(False, 1)}
+    assert sorted({c["kind"] for c in found}) == ["all-gather", "reduce-scatter"]
