@@ -18,11 +18,8 @@ checkpoints every --checkpoint-every steps (tilefoundry.training_state) and resu
 """
 
 import sys
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llama import BATCH, DP_TP, EPS, FFN, HIDDEN, SEQ, llama_dp_tp
 from tilefoundry import Tensor, func, optim, value_and_grad
