@@ -13,11 +13,12 @@ blocks this file holds. In a run of P processes each process writes its own file
 `<path>.process<p>-of-<P>`, holding the blocks of its devices (`jax.Array.addressable_shards`,
 each distinct block once); one process writes `<path>` itself.
 
-Atomicity: each file is written through `cli/output.write_atomically` (a temporary file in the
-same directory, fsync, rename), so a save killed at any point leaves the previous checkpoint as
-it was. A path that exists but is not a checkpoint is never overwritten. Restoring a multi-process
-checkpoint checks that every process's file is of the same save (the same step and save id), so a
-run stopped between two processes' renames is refused rather than resumed from a mixture.
+Atomicity: each file is written through the CLI's output writer (`cli/output.write_output`: a
+temporary file in the same directory, fsync, rename), so a save killed at any point leaves the
+previous checkpoint as it was. A path that exists but is not a checkpoint is never overwritten.
+Restoring a multi-process checkpoint checks that every process's file is of the same save (the
+same step and save id), so a run stopped between two processes' renames is refused rather than
+resumed from a mixture.
 """
 
 from __future__ import annotations
@@ -91,9 +92,9 @@ def save(path: str | os.PathLike, state: TrainingState) -> Path:
     }
     buffer = io.BytesIO()
     np.savez(buffer, **{METADATA: np.array(json.dumps(metadata))}, **entries)
-    from tilefoundry.cli.output import write_atomically
+    from tilefoundry.cli.output import check_output_path, write_output
 
-    write_atomically(target, buffer.getvalue())
+    write_output(check_output_path(str(target), [], flag="checkpoint"), buffer.getvalue())
     if processes > 1:  # the save is complete when every process's file is: return together
         from jax.experimental import multihost_utils
 

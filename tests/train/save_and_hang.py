@@ -1,6 +1,6 @@
 """`python save_and_hang.py PATH READY`: save checkpoint step 1 at PATH, then start saving step 2
 over it and stop inside that save, after the new file's bytes are written and before the rename
-(the `os.fsync` of `write_atomically`), touching READY so the test can SIGKILL this process
+(the `os.fsync` of the CLI's output writer), touching READY so the test can SIGKILL this process
 there: the moment a crash would leave a half-finished save."""
 
 import os

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from tilefoundry import Tensor, func, grad, optim
+from tilefoundry.cli.output import TEMP_PREFIX
 from tilefoundry.dsl import tf
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.types import f32, i32, make_tensor_type
@@ -78,7 +79,7 @@ def test_a_save_killed_midway_leaves_the_previous_checkpoint(tmp_path):
     assert child.returncode == -signal.SIGKILL
     # the killed save left its temporary file, complete but never renamed; the checkpoint is
     # the previous one, whole
-    (leftover,) = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    (leftover,) = [p for p in tmp_path.iterdir() if p.name.startswith(TEMP_PREFIX)]
     assert leftover.stat().st_size > 0
     back = restore(path)
     assert back.step == 1
