@@ -1,4 +1,4 @@
-"""Memory per device before the run (issue 26 item 5): `analysis.device_memory` from the types.
+"""Memory per device before the run (issue 26 item 5): `ir.hir.device_memory` from the types.
 
 The truth: the per-device block of a type is its global bytes over the devices a Split shares
 it among (types §8: Broadcast and Partial keep the whole value on each device); the peak follows
@@ -11,14 +11,14 @@ buffers, needs less than the estimate for the rest.
 import numpy as np
 import pytest
 
-from tilefoundry.analysis.device_memory import (
+from tilefoundry.errors import EvalError
+from tilefoundry.frontend import parse_source
+from tilefoundry.ir.hir.device_memory import (
     check_device_memory,
     device_bytes,
     device_memory,
     parse_size,
 )
-from tilefoundry.errors import EvalError
-from tilefoundry.frontend import parse_source
 from tilefoundry.ir.types import f32, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, P, S, make_mesh
 from train import optim_programs as programs

@@ -110,7 +110,7 @@ def show(args: argparse.Namespace) -> int:
         table.add_row(*map(plain, cells))  # names may hold rich markup
     console.print()
     console.print(table)
-    from tilefoundry.analysis.device_memory import device_memory
+    from tilefoundry.ir.hir.device_memory import device_memory
 
     console.print(
         f"memory per device (estimate from the types): {device_memory(fn).describe()}",

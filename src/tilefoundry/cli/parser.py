@@ -73,7 +73,7 @@ def _seconds(text: str) -> float:
 
 
 def _size(text: str) -> int:
-    from tilefoundry.analysis.device_memory import parse_size
+    from tilefoundry.ir.hir.device_memory import parse_size
 
     try:
         return parse_size(text)

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     bound = bind_dims(fn, dim_options(args.dim), rng)
     check_memory(fn, bound, "run")  # before any input is drawn
     if args.device_memory is not None:
-        from tilefoundry.analysis.device_memory import check_device_memory
+        from tilefoundry.ir.hir.device_memory import check_device_memory
 
         check_device_memory(fn, bound, args.device_memory, "run")
     arrays = load_inputs(fn, args.inputs) if args.inputs else random_inputs(fn, bound, rng)

@@ -167,12 +167,15 @@ def _peak(fn: Any, bindings: Mapping[Any, int], memo: dict) -> tuple[int, tuple]
 
 
 def _aliases(node: Expr) -> bool:
-    """Nodes that hold other values rather than new storage."""
-    from tilefoundry.ir.hir.tensor import TupleGetItem
-
-    return isinstance(node, Tuple) or (
-        isinstance(node, Call) and isinstance(node.target, TupleGetItem)
-    )
+    """Nodes that hold other values rather than new storage: a tuple, and a call that reads
+    one field of a tuple whole (TupleGetItem; read from the types, as engines do not import
+    op modules)."""
+    if isinstance(node, Tuple):
+        return True
+    if not isinstance(node, Call) or len(node.args) != 1:
+        return False
+    held = node.args[0].type
+    return isinstance(held, TupleType) and any(node.type == f for f in held.fields)
 
 
 def _post_order(root: Expr) -> list[Expr]:
