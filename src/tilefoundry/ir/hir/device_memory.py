@@ -26,8 +26,8 @@ from typing import Any
 
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Call, Expr, Tuple, Var
+from tilefoundry.ir.core.graph import post_order
 from tilefoundry.ir.hir.footprint import size_text
-from tilefoundry.ir.hir.walk import all_operands
 from tilefoundry.ir.types import TensorType, TupleType, resolve_dim, tensor_fields
 from tilefoundry.ir.types.shard import ShardLayout, shard_layout_local_shape
 
@@ -134,12 +134,12 @@ def _peak(fn: Any, bindings: Mapping[Any, int], memo: dict) -> tuple[int, tuple]
     memo[fn] = (0, ())  # a recursive call adds nothing more while it is being measured
     if fn.body is None:
         return memo[fn]
-    order = _post_order(fn.body)
+    order = post_order([fn.body])
     position = {node: i for i, node in enumerate(order)}
     last_use = {node: position[node] for node in order}
     last_use[fn.body] = len(order)  # the result lives to the end
     for node in reversed(order):  # readers first: an alias keeps what it holds alive
-        for operand in all_operands(node):
+        for operand in node.operands():
             held = last_use[node] if _aliases(node) else position[node]
             last_use[operand] = max(last_use[operand], held)
     frees: dict[int, list[Expr]] = {}
@@ -176,22 +176,6 @@ def _aliases(node: Expr) -> bool:
         return False
     held = node.args[0].type
     return isinstance(held, TupleType) and any(node.type == f for f in held.fields)
-
-
-def _post_order(root: Expr) -> list[Expr]:
-    """Every node reachable from `root`, each after its operands (loop bodies included)."""
-    order, seen, stack = [], set(), [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
-            continue
-        if node in seen:
-            continue
-        seen.add(node)
-        stack.append((node, True))
-        stack.extend((operand, False) for operand in reversed(all_operands(node)))
-    return order
 
 
 def _name(node: Expr) -> str:
