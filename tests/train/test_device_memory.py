@@ -15,10 +15,10 @@ from tilefoundry.errors import EvalError
 from tilefoundry.frontend import parse_source
 from tilefoundry.ir.hir.device_memory import (
     check_device_memory,
-    device_bytes,
     device_memory,
     parse_size,
 )
+from tilefoundry.ir.hir.footprint import device_bytes
 from tilefoundry.ir.types import f32, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, P, S, make_mesh
 from train import optim_programs as programs
@@ -41,8 +41,8 @@ N = 64 * 32 * 4  # bytes of one f32 (64, 32) value
 )
 def test_a_device_holds_its_block(attrs, devices_sharing):
     type_ = make_shard_tensor_type((64, 32), f32, mesh=MESH, attrs=attrs)
-    assert device_bytes(type_) == N // devices_sharing
-    assert device_bytes(make_tensor_type((64, 32), f32)) == N
+    assert device_bytes(type_, {}) == N // devices_sharing
+    assert device_bytes(make_tensor_type((64, 32), f32), {}) == N
 
 
 CHAINS = """

@@ -21,15 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from math import prod
 from typing import Any
 
-from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Call, Expr, Tuple, Var
 from tilefoundry.ir.core.graph import post_order
-from tilefoundry.ir.hir.footprint import size_text
-from tilefoundry.ir.types import TensorType, TupleType, resolve_dim, tensor_fields
-from tilefoundry.ir.types.shard import ShardLayout, shard_layout_local_shape
+from tilefoundry.ir.hir.footprint import device_bytes, size_text
+from tilefoundry.ir.types import TupleType
 
 
 @dataclass(frozen=True)
@@ -96,32 +93,9 @@ def check_device_memory(fn: Any, bindings: Mapping[Any, int] | None, budget: int
     return memory
 
 
-def device_bytes(type_: Any, bindings: Mapping[Any, int] | None = None) -> int:
-    """Bytes of one device's block of each tensor in `type_`."""
-    if not isinstance(type_, TensorType | TupleType):
-        return 0
-    total = 0
-    for tensor in tensor_fields(type_):
-        layout = tensor.layout
-        if isinstance(layout, ShardLayout):
-            shape = shard_layout_local_shape(layout)
-        else:
-            shape = tensor.shape
-        try:
-            count = prod(_extent(d, bindings or {}) for d in shape)
-        except VerifyError:
-            continue  # an extent no binding resolves is not counted
-        total += (count * tensor.dtype.itemsize_bits + 7) // 8
-    return total
-
-
-def _extent(dim: Any, bindings: Mapping[Any, int]) -> int:
-    return dim if isinstance(dim, int) else resolve_dim(dim, bindings)
-
-
 def device_memory(fn: Any, bindings: Mapping[Any, int] | None = None) -> DeviceMemory:
     """The per-device estimate of one run of `fn` at these DimVar bindings."""
-    arguments = tuple((p.name, device_bytes(p.type, bindings)) for p in fn.params)
+    arguments = tuple((p.name, device_bytes(p.type, bindings or {})) for p in fn.params)
     peak, live = _peak(fn, bindings or {}, {})
     return DeviceMemory(arguments, peak, live)
 
