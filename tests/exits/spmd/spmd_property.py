@@ -34,6 +34,7 @@ from tilefoundry.analysis import TypeInferContext, typeinfer_call
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.evaluator.validate import catalog_samples
 from tilefoundry.evaluator.validation_checks import (
+    REDUCTIONS,
     Settings,
     _close,
     _slot_options,
@@ -155,7 +156,7 @@ def _extremum(combo) -> bool:
 
 def _cases_for(name: str, samples: list[Sample], mesh: Mesh, rng, skipped: Counter) -> list[Case]:
     wanted = PER_OP[mesh.rank]
-    options = [[_slot_options(slot, mesh) for slot in _slots(s)] for s in samples]
+    options = [[_slot_options(slot, mesh, REDUCTIONS) for slot in _slots(s)] for s in samples]
     seen, found = set(), []
     for attempt in range(wanted * TRIES_PER_CASE):
         if len(found) == wanted:
