@@ -9,6 +9,9 @@ import sys
 from tilefoundry.cli import commands, run
 from tilefoundry.exits.pallas.gpu import GPU_BACKENDS
 
+EXPORT_PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+"""The platform names jax.export declares (`jax.export.default_export_platform()`'s values)."""
+
 EPILOG = """\
 examples:
   tilefoundry check examples/mlp.py
@@ -141,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         "emit StableHLO (text, or the portable artifact) for a program",
         "examples:\n  tilefoundry emit examples/mlp.py\n"
         "  tilefoundry emit examples/mlp.py --portable -o mlp.vhlo\n"
+        "  tilefoundry emit examples/mlp.py --portable --platform cuda --platform cpu -o mlp.jax\n"
         "  tilefoundry emit examples/dispatch_kernel.py --dim N=100 -o n100.mlir\n"
         "  tilefoundry emit examples/flash_attention.py --pallas   # grid, BlockSpecs, jaxpr",
     )
@@ -148,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
     emit.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
     emit.add_argument(
         "--portable", action="store_true", help="the versioned portable artifact (needs -o)"
+    )
+    emit.add_argument(
+        "--platform",
+        action="append",
+        choices=EXPORT_PLATFORMS,
+        help="with --portable: a jax.export artifact (jax.export.deserialize) declared for this "
+        "platform instead of bare VHLO; repeat it for several",
     )
     emit.add_argument(
         "--pallas",
