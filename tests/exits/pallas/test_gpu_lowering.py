@@ -283,3 +283,13 @@ def test_every_op_rule_lowers_through_triton_or_is_refused_as_jax_would_fail(fn)
             _raw_lowering(fn, _zeros(fn), Triton())
         return
     assert text.count(f"@{Triton.custom_call}") == 1
+
+
+def test_a_kernel_matmul_asks_for_full_f32_precision():
+    """jax's Triton lowering reads a dot of DEFAULT precision as TF32 inputs (10-bit mantissas),
+    which the reference never rounds to; every dot of a kernel asks for HIGHEST (IEEE f32)."""
+    fn = _example("flash_attention")
+    jaxpr = lower_pallas(fn, *_zeros(fn)).jaxpr()
+    dots = re.findall(r"dot_general\[.*?precision=(\S+, \S+)", jaxpr, flags=re.S)
+    assert len(dots) == 2, jaxpr  # scores = q k^T and p v
+    assert set(dots) == {"(Precision.HIGHEST, Precision.HIGHEST)"}
