@@ -81,6 +81,11 @@ class KernelNamespace:
             return value.ref[index]
         return self.lax.dynamic_slice_in_dim(value, start, size, axis)
 
+    def static_window(self, value: Any, index: tuple[slice, ...]) -> Any:
+        """`value[index]` (static slices, one per leading axis): of a Ref, only the window is
+        read (a load, where a GPU lowering has no `slice` of a value)."""
+        return value.ref[index] if isinstance(value, KernelRef) else value[index]
+
     def block(self, value: Any, axis: int, index: Any, count: int) -> Any:
         """Block `index` (runtime) of `count` equal blocks of `value` along `axis`: a CTA's block
         of a replicated value. A Ref is read through `pl.ds`. A value computed in the kernel has
