@@ -293,3 +293,24 @@ def test_a_kernel_matmul_asks_for_full_f32_precision():
     dots = re.findall(r"dot_general\[.*?precision=(\S+, \S+)", jaxpr, flags=re.S)
     assert len(dots) == 2, jaxpr  # scores = q k^T and p v
     assert set(dots) == {"(Precision.HIGHEST, Precision.HIGHEST)"}
+
+
+@func
+def rounded(x: Tensor[(32,), "f32"]):
+    return tf.round(x), tf.round_half_away(x)
+
+
+def test_rounding_through_floor_is_stablehlos_rounding_on_ties_zeros_and_specials():
+    """The kernel rounds through floor (Triton has no `round`); on ties, signed zeros, huge,
+    infinite and NaN inputs it equals numpy's rint (ties to even) and round-half-away-from-zero
+    (hir §1.3's two rounding kinds), sign of zero included, and it lowers through Triton."""
+    values = [-2.5, -1.5, -0.5, -0.3, -0.0, 0.0, 0.3, 0.5, 1.5, 2.5, 3.4999998, 8388607.5,
+              0.49999997, -7.5, 1e30, -1e30, np.inf, -np.inf, np.nan]  # fmt: skip
+    x = np.array(values + [0.75] * (32 - len(values)), np.float32)
+    even, away = run_pallas(rounded, x, interpret=True)
+    magnitude = np.abs(x.astype(np.float64))
+    half_away = np.copysign(np.floor(magnitude) + (magnitude - np.floor(magnitude) >= 0.5), x)
+    for got, want in ((even, np.rint(x)), (away, np.where(np.isfinite(x), half_away, x))):
+        np.testing.assert_array_equal(got, want.astype(np.float32))
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    assert f"@{Triton.custom_call}" in lower_for_cuda(rounded, x)
