@@ -18,7 +18,7 @@ from tilefoundry.dsl import tf
 from tilefoundry.ir.types.shard import make_mesh
 
 CTAS = make_mesh((2,), ("q",), topology="cta")
-SEQ_Q, SEQ_K, HEAD, TILE_K = 16, 32, 8, 8
+SEQ_Q, SEQ_K, HEAD, TILE_K = 32, 64, 16, 16
 SCALE = 1.0 / math.sqrt(HEAD)
 LOWEST = -1e30  # below every score: exp(LOWEST - m) is exactly 0
 

@@ -12,7 +12,7 @@ the two tile reads into the tile matmul inside the loop body.
 from tilefoundry import Tensor, func, tile
 from tilefoundry.dsl import tf
 
-ROWS, INNER, COLS, TILE_K = 16, 64, 8, 16
+ROWS, INNER, COLS, TILE_K = 16, 64, 16, 16
 
 
 @func

@@ -34,3 +34,19 @@ def test_a_device_mesh_program_is_refused_by_the_pallas_backend(cli):
     assert done.returncode != 0
     assert "'device' mesh" in done.stderr and "run_xla" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_gpu_backend_names_the_lowering_and_checks_it_while_interpreting(cli):
+    """Issue 27: `--gpu-backend triton` interprets the kernel and checks Triton's constraints on
+    a CPU machine (compiles it on a GPU one); the run line says which. Without --backend pallas
+    it is refused."""
+    done = cli(
+        "run", "examples/online_softmax.py", "--backend", "pallas", "--gpu-backend", "triton"
+    )
+    assert done.returncode == 0, done.stderr
+    modes = ("(interpret mode, Triton's constraints checked)", "(compiled by Triton)")
+    assert any(f"on pallas {mode}" in done.stdout for mode in modes), done.stdout
+    assert "agrees, max |diff|" in done.stdout
+    refused = cli("run", "examples/online_softmax.py", "--gpu-backend", "triton")
+    assert refused.returncode != 0 and "add --backend pallas" in refused.stderr
+    assert "Traceback" not in refused.stderr

@@ -14,7 +14,7 @@ from tilefoundry.cli import visible
 from tilefoundry.cli.console import plain, progress, stdout_console
 from tilefoundry.cli.output import check_output_path, write_output
 from tilefoundry.cli.program import Program, bind_dims, dim_options, dim_vars, load_program
-from tilefoundry.errors import VerifyError
+from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.inspect.shard_view import shape_text, short_type, value_rows
 from tilefoundry.ir.core import Module, SourceSpan, source_span
 from tilefoundry.ir.hir import Function
@@ -125,6 +125,10 @@ def emit(args: argparse.Namespace) -> int:
 
     if args.portable and not args.output:
         raise VerifyError("emit --portable writes a binary artifact; give -o FILE")
+    if args.platform and not args.portable:
+        raise VerifyError(
+            "emit --platform names the platforms of a portable artifact; add --portable"
+        )
     out = check_output_path(args.output, [args.file]) if args.output else None
     _, fn = entry_of(args)
     given = dim_options(args.dim)
@@ -138,13 +142,37 @@ def emit(args: argparse.Namespace) -> int:
             require_static(fn, "StableHLO emission without --dim")
         bindings = bind_dims(fn, given, None) or None
         with progress(f"emitting StableHLO for {fn.name}"):
-            artifact = emit_stablehlo(fn, bindings=bindings, portable=args.portable)
+            if args.platform:
+                artifact = _exported_artifact(fn, bindings, args.platform)
+            else:
+                artifact = emit_stablehlo(fn, bindings=bindings, portable=args.portable)
     if out is None:
         sys.stdout.write(artifact)
         return 0
     size = write_output(out, artifact)
     print(visible(f"wrote {out.path} ({size} bytes, @{fn.name})"))
     return 0
+
+
+def _exported_artifact(fn, bindings, platforms: list[str]) -> bytes:
+    """The one-device module as a serialised `jax.export.Exported` declared for `platforms`
+    (the module itself is platform-independent; jax refuses to call an artifact on a platform
+    it does not declare)."""
+    from tilefoundry.exits.stablehlo import emit_stablehlo
+    from tilefoundry.exits.stablehlo.one_device import on_a_device_mesh
+
+    if on_a_device_mesh(fn, bindings):
+        raise UnsupportedError(
+            f"emit --platform: {fn.name} is a sharded program, whose SPMD module the jax.export "
+            "artifact would need its shardings for; drop --platform to write its VHLO artifact"
+        )
+    from tilefoundry.exits.runtimes.xla_jit import exported_module
+
+    exported = exported_module(emit_stablehlo(fn, bindings=bindings), platforms=platforms)
+    try:
+        return exported.serialize()
+    except ImportError as err:  # jax's serialisation imports flatbuffers
+        raise UnsupportedError(f"emit --platform: {err} (pip install -e '.[xla]')") from None
 
 
 def report(args: argparse.Namespace) -> int:

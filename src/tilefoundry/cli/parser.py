@@ -7,6 +7,10 @@ import argparse
 import sys
 
 from tilefoundry.cli import commands, run
+from tilefoundry.exits.pallas.gpu import GPU_BACKENDS
+
+EXPORT_PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+"""The platform names jax.export declares (`jax.export.default_export_platform()`'s values)."""
 
 EPILOG = """\
 examples:
@@ -140,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         "emit StableHLO (text, or the portable artifact) for a program",
         "examples:\n  tilefoundry emit examples/mlp.py\n"
         "  tilefoundry emit examples/mlp.py --portable -o mlp.vhlo\n"
+        "  tilefoundry emit examples/mlp.py --portable --platform cuda --platform cpu -o mlp.jax\n"
         "  tilefoundry emit examples/dispatch_kernel.py --dim N=100 -o n100.mlir\n"
         "  tilefoundry emit examples/flash_attention.py --pallas   # grid, BlockSpecs, jaxpr",
     )
@@ -147,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
     emit.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
     emit.add_argument(
         "--portable", action="store_true", help="the versioned portable artifact (needs -o)"
+    )
+    emit.add_argument(
+        "--platform",
+        action="append",
+        choices=EXPORT_PLATFORMS,
+        help="with --portable: a jax.export artifact (jax.export.deserialize) declared for this "
+        "platform instead of bare VHLO; repeat it for several",
     )
     emit.add_argument(
         "--pallas",
@@ -164,11 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
         "  tilefoundry run examples/megatron_mlp.py --backend xla --devices 8\n"
         "  tilefoundry run examples/megatron_mlp.py --backend xla --devices 8 --processes 2\n"
         "  tilefoundry run examples/flash_attention.py --backend pallas\n"
+        "  tilefoundry run examples/online_softmax.py --backend pallas --gpu-backend triton\n"
         "  tilefoundry run examples/mlp.py --inputs x.npy w1.npy b1.npy w2.npy b2.npy\n\n"
         "Inputs are drawn from the parameter types (seeded) unless --inputs gives .npy files.\n"
         "The reference backend runs the fused program and compares it with the unfused one;\n"
         "the xla backend compares XLA's results with the reference evaluator; the pallas\n"
-        "backend runs a tile program as one Pallas kernel (interpret mode without a GPU).\n\n"
+        "backend runs a tile program as one Pallas kernel (interpret mode without a GPU;\n"
+        "compiled through Triton, or Mosaic GPU with --gpu-backend mosaic, on a GPU).\n\n"
         "The oracle judge compares element by element: NaN equals NaN, an infinity must match\n"
         "exactly, integers exactly, and floats within atol * scale + rtol * |expected|, where\n"
         "scale is the median magnitude of the expected values (at least 1). Defaults by dtype\n"
@@ -177,6 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_program(runner)
     runner.add_argument("--backend", choices=("reference", "xla", "pallas"), default="reference")
+    runner.add_argument(
+        "--gpu-backend",
+        choices=GPU_BACKENDS,
+        help="with --backend pallas: the GPU lowering of the compiled kernel (default triton); "
+        "without a GPU the kernel is interpreted, and the backend's constraints are checked",
+    )
     runner.add_argument(
         "--devices", type=int, metavar="N", help="devices for a sharded program (its mesh size)"
     )

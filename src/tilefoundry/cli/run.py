@@ -82,6 +82,10 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     program, fn = entry_of(args)
     timings.append(("parse + typeinfer", time.perf_counter() - start))
+    if args.gpu_backend is not None and args.backend != "pallas":
+        raise VerifyError(
+            "--gpu-backend chooses the Pallas kernel's lowering; add --backend pallas"
+        )
     devices = _devices_for(fn, args.devices, args.backend)
     processes = processes_for(args, fn, devices)
     rng = np.random.default_rng(args.seed)
@@ -113,7 +117,11 @@ def run(args: argparse.Namespace) -> int:
         from tilefoundry.exits.pallas import run_pallas
 
         results = flat_outputs(
-            _timed("pallas: build + run", timings, lambda: run_pallas(fn, *arrays))
+            _timed(
+                "pallas: build + run",
+                timings,
+                lambda: run_pallas(fn, *arrays, gpu_backend=args.gpu_backend),
+            )
         )
     else:
         from tilefoundry.exits.runtimes.xla import run_xla
@@ -185,9 +193,21 @@ def _statistics(array: np.ndarray) -> tuple[float, float, float, float]:
     return mean, float(np.sqrt(spread / array.size)), float(low), float(high)
 
 
+def _pallas_mode(gpu_backend: str | None) -> str:
+    from tilefoundry.exits.pallas.gpu import gpu_backend as resolve
+    from tilefoundry.exits.pallas.run import default_interpret
+
+    label = resolve(gpu_backend).label
+    if default_interpret():
+        return f"interpret mode, {label}'s constraints checked" if gpu_backend else "interpret mode"
+    return f"compiled by {label}"
+
+
 def _print_run(args, path, fn, bound, devices, arrays, results, judged, fused_note, timings):
     console = stdout_console()
     where = f"{args.backend}" + (f" on {devices} devices" if devices else "")
+    if args.backend == "pallas":
+        where += f" ({_pallas_mode(args.gpu_backend)})"
     console.print(f"run @{plain(fn.name)} from {plain(path)} on {where} (seed {args.seed})")
     if bound:
         picked = ", ".join(f"{k}={v}" for k, v in bound.items())

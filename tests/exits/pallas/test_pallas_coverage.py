@@ -21,36 +21,19 @@ from tilefoundry.rules import (
 )
 from tilefoundry.rules.validation_samples import TupleOperand
 
-NO_PALLAS_RULE = (
-    "CacheUpdate",
-    "Conv2D",
-    "Gather",
-    "InsertSlice",
-    "Local",
-    "Rank",
-    "ScatterAdd",
-    "ShapeCompose",
-    "ShapeExtract",
-    "ShapeOf",
-    "TopK",
-)
-"""Ops the Pallas exit refuses by name (fail closed): gathers, scatters (into caches, or adding
-at runtime indices), shape queries and the fused norms/conv/rope have no kernel rule yet; Local
-has no meaning in one kernel (a CTA's block IS its value)."""
+NO_PALLAS_RULE = ("Local", "ScatterAdd")
+"""Ops the Pallas exit refuses by name (fail closed): Local is refused at typeinfer on a cta mesh
+(a CTA's block IS its value there), and a kernel grid is never another mesh, so it never reaches
+a kernel; ScatterAdd (adding at runtime indices, duplicates accumulating) has no kernel rule."""
 
 NO_PALLAS_SHARDED_RULE = (
     "BlockedDynamicSlice",
     "BlockedDynamicUpdateSlice",
-    "CacheUpdate",
     "Concat",
-    "Gather",
-    "InsertSlice",
     "Local",
-    "Rank",
     "Reshape",
     "RoPE",
     "ScatterAdd",
-    "ShapeOf",
     "Stack",
 )
 """Ops with mesh semantics (SHARDED_EVAL) the Pallas exit refuses when they touch the cta mesh."""
@@ -122,6 +105,10 @@ def test_the_pallas_rule_computes_the_reference_kernel(cls, sample):
         g, w = np.asarray(g), np.asarray(w)
         assert g.shape == w.shape
         if w.dtype.kind == "f":
-            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+            # atol scales with the values, as the oracle judge's does (`tilefoundry run --help`):
+            # a contraction's f32 rounding depends on its summation order, which the reference
+            # kernel and jnp choose differently, by about an ulp of its terms.
+            scale = max(1.0, float(np.median(np.abs(w)))) if w.size else 1.0
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6 * scale)
         else:
             np.testing.assert_array_equal(g.astype(w.dtype), w)

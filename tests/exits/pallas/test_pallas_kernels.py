@@ -26,7 +26,9 @@ from tilefoundry.ir.types.shard import make_mesh
 from tilefoundry.passes import compile
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-RTOL, ATOL = 1e-5, 1e-6  # f32 rel 1e-5; ATOL only for entries that are ~0
+RTOL = 1e-5  # f32 rel 1e-5
+ATOL = 64 * 2.0**-24  # for entries near 0: an f32 sum of 64 unit-scale products (the tiled
+# matmul's contraction) is off by up to about 64 ulp(1) absolutely
 
 
 def _example(name: str):
@@ -41,7 +43,7 @@ def _normal(rng, *shape):
 
 
 def _tiled_matmul(rng):
-    a, b = _normal(rng, 16, 64), _normal(rng, 64, 8)
+    a, b = _normal(rng, 16, 64), _normal(rng, 64, 16)
     return (a, b), a.astype(np.float64) @ b
 
 
@@ -52,8 +54,8 @@ def _online_softmax(rng):
 
 
 def _flash_attention(rng):
-    q, k, v = _normal(rng, 16, 8), _normal(rng, 32, 8), _normal(rng, 32, 8)
-    scores = (q.astype(np.float64) @ k.T) / np.sqrt(8)
+    q, k, v = _normal(rng, 32, 16), _normal(rng, 64, 16), _normal(rng, 64, 16)
+    scores = (q.astype(np.float64) @ k.T) / np.sqrt(16)
     p = np.exp(scores - scores.max(axis=1, keepdims=True))
     return (q, k, v), (p / p.sum(axis=1, keepdims=True)) @ v
 

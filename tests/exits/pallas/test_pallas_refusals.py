@@ -64,9 +64,8 @@ def on_devices(x: Tensor[(8 @ DEVICES.d, 4), "f32"]):
 
 
 @func
-def topk_in_kernel(x: Tensor[(8, 16), "f32"]):
-    values, _ = tf.topk(x, 2)
-    return values
+def scatter_in_kernel(x: Tensor[(8, 16), "f32"], ids: Tensor[(4,), "i32"]):
+    return tf.scatter_add(x, ids, x[0:4, :], axis=0)
 
 
 @func
@@ -93,7 +92,7 @@ def _line_of(text: str) -> int:
 
 
 def _arrays(fn):
-    return [np.ones([int(d) for d in p.type.shape], np.float32) for p in fn.params]
+    return [np.ones([int(d) for d in p.type.shape], p.type.dtype.to_numpy()) for p in fn.params]
 
 
 def test_a_partial_across_ctas_is_refused_at_the_op_that_makes_it():
@@ -146,8 +145,8 @@ def test_a_dynamic_grid_extent_is_refused():
 
 
 def test_an_op_without_a_pallas_rule_is_refused_by_name():
-    with pytest.raises(UnsupportedError, match=r"^TopK: the Pallas exit has no kernel rule"):
-        lower_pallas(topk_in_kernel, *_arrays(topk_in_kernel))
+    with pytest.raises(UnsupportedError, match=r"^ScatterAdd: the Pallas exit has no kernel rule"):
+        lower_pallas(scatter_in_kernel, *_arrays(scatter_in_kernel))
 
 
 def test_an_op_with_mesh_semantics_but_no_pallas_sharded_rule_fails_closed():

@@ -156,8 +156,12 @@ def block_map(name: str, type_: TensorType, shape: tuple[int, ...], mesh, where,
     except UnsupportedError as err:
         raise err.with_location(location) from None
     per_axis = tuple(tuple(splits.get(axis, ())) for axis in range(len(shape)))
-    block = tuple(
-        extent // prod(mesh.shape[a] for a in axes)
-        for extent, axes in zip(shape, per_axis, strict=True)
+    return BlockMap(name, tuple(shape), type_.dtype, local_block(shape, splits, mesh), per_axis)
+
+
+def local_block(shape: tuple[int, ...], splits, mesh: Mesh | None) -> tuple[int, ...]:
+    """One CTA's block of a value of global `shape` split as `splits` (axis -> mesh axes)."""
+    return tuple(
+        extent // prod(mesh.shape[a] for a in splits.get(axis, ()))
+        for axis, extent in enumerate(shape)
     )
-    return BlockMap(name, tuple(shape), type_.dtype, block, per_axis)

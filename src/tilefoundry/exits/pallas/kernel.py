@@ -2,8 +2,8 @@
 
 Each value is what ONE CTA holds: a value Split over the cta mesh is its block, a replicated one
 is whole. Every op call is carried out as the reference evaluator's mesh simulation carries it
-out (DESIGN §4.12, the shared `BlockPlan`): a replicated operand is cut to this CTA's block (a
-dynamic slice at `pl.program_id`, never communication), the op's PALLAS rule runs on the local
+out (DESIGN §4.12, the shared `BlockPlan`): a replicated operand is cut to this CTA's block
+(`kx.block` at `pl.program_id`, never communication), the op's PALLAS rule runs on the local
 operands, and each result is settled against its declared type. What a grid of independent
 programs cannot do is refused at the op, located: a result that completes a reduction across
 CTAs (an all-reduce), a Reshard that gathers blocks from other CTAs, a Partial anywhere.
@@ -24,7 +24,8 @@ import numpy as np
 
 from tilefoundry.analysis import TypeInferContext
 from tilefoundry.errors import InternalCompilerError, UnsupportedError, VerifyError
-from tilefoundry.exits.pallas.grid import EXIT, fields
+from tilefoundry.exits.pallas.gpu import SCOPE
+from tilefoundry.exits.pallas.grid import EXIT, fields, local_block
 from tilefoundry.exits.pallas.namespace import KernelNamespace, KernelRef
 from tilefoundry.ir.core import Call, Constant, Expr, Op, Tuple, Var, source_span
 from tilefoundry.ir.core.graph import iter_nodes
@@ -89,6 +90,9 @@ class KernelBody:
         self.constants = constants or {}
         self._program_ids: tuple | None = None
         self._reads = LoopReads()
+        self.scoped_calls: list[Call] = []
+        """The op calls traced, in order: call i's rule runs under the named scope
+        `gpu.SCOPE + str(i)`, so each jax primitive is traced back to its call."""
 
     # -- CTA coordinates ---------------------------------------------------------------------
 
@@ -109,9 +113,8 @@ class KernelBody:
     def take_blocks(self, value: Any, cuts: dict[int, Sequence[int]]) -> Any:
         """`value` cut to this CTA's block along each axis in `cuts` (axis -> mesh axes)."""
         for axis, mesh_axes in sorted(cuts.items()):
-            shape = value.ref.shape if isinstance(value, KernelRef) else value.shape
-            size = shape[axis] // prod(self.mesh.shape[a] for a in mesh_axes)
-            value = self.kx.window(value, axis, self.block_index(mesh_axes) * size, size)
+            count = prod(self.mesh.shape[a] for a in mesh_axes)
+            value = self.kx.block(value, axis, self.block_index(mesh_axes), count)
         return value
 
     # -- the walk ----------------------------------------------------------------------------
@@ -170,8 +173,10 @@ class KernelBody:
         if isinstance(node, GridRegionExpr):
             return self._loop(node, args, frame)
         if isinstance(node, Call) and isinstance(node.target, Op):
+            self.scoped_calls.append(node)
             try:
-                return self._call_op(node, args)
+                with self.kx.scope(f"{SCOPE}{len(self.scoped_calls) - 1}"):
+                    return self._call_op(node, args)
             except VerifyError as err:
                 raise err.with_location(source_span(node)) from None
         if isinstance(node, Call) and isinstance(node.target, FusionRegion):
@@ -318,10 +323,7 @@ class PallasCall:
             return ArgView(Kind.SHARDED_TUPLE if sharded else Kind.TUPLE)
         if not isinstance(type_.layout, ShardLayout):
             return ArgView(Kind.GLOBAL)
-        global_shape = tuple(
-            d if isinstance(d, int) else resolve_dim(d, self.body.bindings) for d in type_.shape
-        )
-        return ArgView(Kind.SHARDED, type_, global_shape)
+        return ArgView(Kind.SHARDED, type_, self.global_shape(index))
 
     def run_blocks(self) -> Any:
         """The default: cut replicated operands to this CTA's block, run the op's PALLAS rule,
@@ -354,6 +356,51 @@ class PallasCall:
             cuts = plan.settle(index, None).cuts
             settled.append(self.body.take_blocks(value, dict(cuts)) if cuts else value)
         return tuple(settled) if tupled else settled[0]
+
+    @property
+    def out_fields(self) -> tuple[TensorType, ...]:
+        return fields(self.out_type)
+
+    def splits(self, index: int) -> dict[int, tuple[int, ...]]:
+        """Logical axis -> the mesh axes splitting it, of tensor operand `index`."""
+        return canonical_splits(self.arg_types[index], self.where, EXIT)
+
+    def global_shape(self, index: int) -> tuple[int, ...]:
+        """The concrete global shape of tensor operand `index`."""
+        return tuple(resolve_dim(d, self.body.bindings) for d in self.arg_types[index].shape)
+
+    def aligned(self, index: int, axes: Sequence[int | None]) -> Any:
+        """Operand `index` as this CTA's share of the result: along each of its axes `a` that
+        runs along result axis `axes[a]` (None: along none), a replicated operand is cut to the
+        result's block there; an operand split otherwise than the result is refused, as the
+        simulator's `aligned` refuses it (its CTA's block is not the one the result needs)."""
+        held = self.splits(index)
+        wanted = canonical_splits(self.out_fields[0], self.where, EXIT)
+        cuts = {}
+        for axis, result_axis in enumerate(axes):
+            want = () if result_axis is None else tuple(wanted.get(result_axis, ()))
+            have = tuple(held.get(axis, ()))
+            if have == want:
+                continue
+            if have:
+                raise UnsupportedError(
+                    f"{self.where}: operand {index} is split over the CTAs along axis {axis} "
+                    "otherwise than the result, so a CTA's block of it is not the block the "
+                    "result needs; reshard it like the result (or to Broadcast) first"
+                )
+            cuts[axis] = want
+        value = self.args[index]
+        return self.body.take_blocks(value, cuts) if cuts else value
+
+    def local_result(self, operands: Sequence[Any]) -> Any:
+        """The op's PALLAS rule on `operands` (this CTA's shares), typed at the result's
+        per-CTA block."""
+        blocks = [
+            local_block(shape, canonical_splits(type_, self.where, EXIT), self.body.mesh)
+            for type_, shape in zip(fields(self.out_type), self.out_shapes, strict=True)
+        ]
+        local_out = _plain(self.out_type, blocks)
+        return self.body.local(self.op, tuple(operands), self.arg_types, local_out)
 
     def reshard(self, value: Any) -> Any:
         """A Reshard inside the kernel: a storage change is the value itself (smem/rmem are

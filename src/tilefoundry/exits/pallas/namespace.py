@@ -3,13 +3,17 @@
 Op modules may not import jax (DESIGN §5: the core imports without it), so their PALLAS rules get
 `jnp`, `lax` and `pl` through this object, built only when the Pallas exit runs. The helpers
 are the ones several rules share: the numerics of `compute_in_f32` (narrow floats widened to f32,
-rounded once to the result dtype, as the reference kernels do) and a clamped window that reads a
-kernel Ref through `pl.ds` or slices a value already in the kernel.
+rounded once to the result dtype, as the reference kernels do), a clamped window that reads a
+kernel Ref through `pl.ds` or slices a value already in the kernel, and a CTA's block of a
+replicated value, cut without a dynamic slice (which no GPU lowering has for a value in registers).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from tilefoundry.ir.types import DType
 
@@ -33,6 +37,12 @@ class KernelNamespace:
         from jax.experimental import pallas as pl
 
         self.jnp, self.lax, self.pl = jnp, lax, pl
+
+    def scope(self, name: str) -> Any:
+        """A named scope: the primitives traced inside it carry `name` on their name stack."""
+        import jax
+
+        return jax.named_scope(name)
 
     def dtype(self, dtype: DType) -> Any:
         """The numpy dtype jnp computes `dtype` in."""
@@ -61,7 +71,7 @@ class KernelNamespace:
         """`size` elements of `value` along `axis` from `start`, the start clamped into
         `[0, extent - size]` as StableHLO's dynamic_slice (and the reference kernel) clamp it.
         A Ref is read through `pl.ds`, so only the window is loaded."""
-        shape = value.ref.shape if isinstance(value, KernelRef) else value.shape
+        shape = _shape(value)
         extent = shape[axis]
         start = self.lax.clamp(0, self.jnp.asarray(start, self.jnp.int32), extent - size)
         if isinstance(value, KernelRef):
@@ -71,7 +81,112 @@ class KernelNamespace:
             return value.ref[index]
         return self.lax.dynamic_slice_in_dim(value, start, size, axis)
 
+    def static_window(self, value: Any, index: tuple[slice, ...]) -> Any:
+        """`value[index]` (static slices, one per leading axis): of a Ref, only the window is
+        read (a load, where a GPU lowering has no `slice` of a value)."""
+        return value.ref[index] if isinstance(value, KernelRef) else value[index]
+
+    def block(self, value: Any, axis: int, index: Any, count: int) -> Any:
+        """Block `index` (runtime) of `count` equal blocks of `value` along `axis`: a CTA's block
+        of a replicated value. A Ref is read through `pl.ds`. A value computed in the kernel has
+        no dynamic slice on a GPU (neither Triton nor Mosaic GPU lowers `dynamic_slice` of a
+        value in registers), so its blocks are laid on a new axis and the others masked to the
+        dtype's lowest value before a max over that axis (`pick`)."""
+        if count == 1:
+            return value
+        jnp, lax = self.jnp, self.lax
+        shape = _shape(value)
+        size = shape[axis] // count
+        if isinstance(value, KernelRef):
+            window = self.pl.ds(index * size, size)
+            return value.ref[tuple(window if i == axis else slice(None) for i in range(len(shape)))]
+        blocks = value.reshape((*shape[:axis], count, size, *shape[axis + 1 :]))
+        return self.pick(lax.broadcasted_iota(jnp.int32, blocks.shape, axis) == index, blocks, axis)
+
+    def pick(self, mask: Any, values: Any, axis: int) -> Any:
+        """Along `axis`, the one element of `values` where `mask` holds (exactly one does),
+        exactly: the others masked to the dtype's lowest value before a max (the max of x and
+        -inf is x, -0.0 and NaN included); for bools, an any."""
+        jnp = self.jnp
+        if values.dtype == jnp.bool_:
+            return jnp.any(mask & values, axis=axis)
+        return jnp.max(jnp.where(mask, values, _lowest(jnp, values.dtype)), axis=axis)
+
+    def take(self, value: Any, index: Any, axis: int, batch_dims: int = 0) -> Any:
+        """`value` read at `index` along `axis`, the index's axes replacing it (numpy `take`;
+        with `batch_dims`, the leading axes of both index each other, as Gather's), each index
+        clamped into the axis (`read_at`)."""
+        jnp, lax = self.jnp, self.lax
+        shape = _shape(value)
+        index = self.load(index).astype(jnp.int32)
+        looked_up = index.shape[batch_dims:]
+        rank = len(shape) - 1 + len(looked_up)
+        positions = []
+        for a, extent in enumerate(shape):
+            if a == axis:
+                between, after = (1,) * (axis - batch_dims), (1,) * (len(shape) - 1 - axis)
+                positions.append(
+                    index.reshape((*index.shape[:batch_dims], *between, *looked_up, *after))
+                )
+                continue
+            at = a if a < axis else a + len(looked_up) - 1
+            along = (1,) * at + (extent,) + (1,) * (rank - at - 1)
+            positions.append(lax.broadcasted_iota(jnp.int32, along, at))
+        return self.read_at(value, positions)
+
+    def read_at(self, value: Any, positions: list) -> Any:
+        """`value[p0, p1, ...]`: one integer array per axis (broadcast together to the result's
+        shape), each clamped into its axis as StableHLO's gather clamps. Of a Ref this is a single
+        gather-load (the one form of gather Triton lowers), of a value jnp's gather."""
+        jnp = self.jnp
+        clamped = tuple(
+            jnp.clip(p.astype(jnp.int32), 0, extent - 1)
+            for p, extent in zip(positions, _shape(value), strict=True)
+        )
+        return (value.ref if isinstance(value, KernelRef) else value)[clamped]
+
+    def write_window(self, dst: Any, update: Any, starts: list, counts: list | None = None) -> Any:
+        """`dst` with `update` written from `starts` (a runtime start per axis), `counts[a]`
+        positions along axis a (by default update's extent), as a selection: a position inside
+        the window reads update at its offset there (`read_at`, so a gather-load of update's Ref
+        when it is a gmem parameter), the others keep dst. No `dynamic_update_slice`, which no
+        GPU lowering has for a value."""
+        jnp, lax = self.jnp, self.lax
+        dst = self.load(dst)
+        extents = _shape(update) if counts is None else counts
+        inside, positions = None, []
+        for axis, (start, count) in enumerate(zip(starts, extents, strict=True)):
+            offset = lax.broadcasted_iota(jnp.int32, dst.shape, axis) - start
+            here = (offset >= 0) & (offset < count)
+            inside = here if inside is None else inside & here
+            positions.append(offset)
+        return jnp.where(inside, self.read_at(update, positions), dst)
+
+    def vector(self, values: Sequence[Any], dtype: DType) -> Any:
+        """A rank-1 array of `values` (Python numbers or rank-0 arrays) built by selection
+        against an iota: a constant array would be captured by the kernel, which `pallas_call`
+        refuses, and a concatenate of scalars no GPU lowering has."""
+        jnp = self.jnp
+        positions = self.lax.broadcasted_iota(jnp.int32, (len(values),), 0)
+        vector = jnp.zeros((len(values),), self.dtype(dtype))
+        for i, value in enumerate(values):
+            vector = jnp.where(positions == i, jnp.reshape(value, ()).astype(vector.dtype), vector)
+        return vector
+
     def scalar_start(self, start: Any, scale: int, offset: int) -> Any:
         """`scale * start + offset` of a rank-0 (or all-ones) integer start, as int32."""
         position = self.jnp.reshape(self.load(start), ()).astype(self.jnp.int32)
         return position * scale + offset
+
+
+def _lowest(jnp, dtype) -> Any:
+    """The value no element of `dtype` is below: -inf where the dtype has it, else its minimum."""
+    if jnp.issubdtype(dtype, jnp.integer):
+        return jnp.iinfo(dtype).min
+    if np.isinf(np.asarray(np.inf, np.float32).astype(dtype)):
+        return -np.inf
+    return jnp.finfo(dtype).min
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    return tuple(value.ref.shape if isinstance(value, KernelRef) else value.shape)

@@ -1,10 +1,12 @@
 """Build and run the one `pallas_call` of a tile program (DESIGN §3 `run_pallas`).
 
-`run_pallas(fn, *arrays, interpret=None)` checks the arguments exactly as `evaluate` does (count,
-dtype, DimVar binding), builds the kernel for those shapes, runs it (interpret mode on CPU; the
-compiled Triton / Mosaic kernel where jax's default backend is a GPU) and returns numpy arrays
-shaped like the function's return (a tuple return gives a tuple). `kernel_summary` is what
-`tilefoundry emit --pallas` prints: the grid and BlockSpecs (golden-tested), then the jaxpr.
+`run_pallas(fn, *arrays, interpret=None, gpu_backend=None)` checks the arguments exactly as
+`evaluate` does (count, dtype, DimVar binding), builds the kernel for those shapes, runs it
+(interpret mode on CPU; where jax's default backend is a GPU, the kernel compiled through the
+chosen GPU backend, `gpu.py`) and returns numpy arrays shaped like the function's return (a tuple
+return gives a tuple). `lower_for_cuda` lowers the compiled kernel for `cuda` on any machine.
+`PallasKernel.summary` is what `tilefoundry emit --pallas` prints first: the grid and BlockSpecs
+(golden-tested), then the jaxpr.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import numpy as np
 from tilefoundry.analysis import TypeInferContext
 from tilefoundry.caches import LRU
 from tilefoundry.errors import EvalError, UnsupportedError
+from tilefoundry.exits.pallas.gpu import GpuBackend
+from tilefoundry.exits.pallas.gpu import gpu_backend as resolve_backend
 from tilefoundry.exits.pallas.grid import EXIT, BlockMap, block_map, fields, find_grid
 from tilefoundry.exits.pallas.kernel import KernelBody
 from tilefoundry.exits.pallas.namespace import KernelNamespace, KernelRef
@@ -56,12 +60,14 @@ class PallasKernel:
             )
             where = f"cta mesh [{axes}]"
         lines = [f"pallas_call @{self.fn.name}", f"  grid ({_dims(self.grid)}) over {where}"]
-        lines += [f"  in  {b.describe(mesh)}" for b in (*self.inputs, *self._constant_maps())]
+        lines += [f"  in  {b.describe(mesh)}" for b in (*self.inputs, *self.constant_maps())]
         lines += [f"  out {b.describe(mesh)}" for b in self.outputs]
         return "\n".join(lines) + "\n"
 
-    def call(self, interpret: bool):
-        """The `pallas_call` (a jax-traceable function of the global arrays)."""
+    def call(self, interpret: bool, compiler_params: Any = None, traced: list | None = None):
+        """The `pallas_call` (a jax-traceable function of the global arrays). A compiled call
+        takes its GPU backend's `compiler_params` (`gpu_call`); `traced`, when given, collects
+        the KernelBody of each trace (whose scopes name the op calls)."""
         import jax
         from jax.experimental import pallas as pl
 
@@ -76,6 +82,8 @@ class PallasKernel:
                 c: KernelRef(r) for c, r in zip(self.constants, refs[n_params:n_in], strict=True)
             }
             body = KernelBody(self.fn, self.bindings, self.mesh, kx, constants)
+            if traced is not None:
+                traced.append(body)
             result = body.run([KernelRef(r) for r in refs[:n_params]])
             results = flatten(result) if tupled else [result]
             for ref, value in zip(refs[n_in:], results, strict=True):
@@ -88,14 +96,33 @@ class PallasKernel:
         return pl.pallas_call(
             kernel,
             grid=self.grid,
-            in_specs=[spec(b) for b in (*self.inputs, *self._constant_maps())],
+            in_specs=[spec(b) for b in (*self.inputs, *self.constant_maps())],
             out_specs=[spec(b) for b in self.outputs],
             out_shape=out_shape,
             interpret=interpret,
+            compiler_params=None if interpret else compiler_params,
             name=self.fn.name,
         )
 
-    def _constant_maps(self) -> tuple[BlockMap, ...]:
+    def gpu_call(self, backend: GpuBackend) -> Any:
+        """The compiled call for `backend`, after refusing up front whatever the backend cannot
+        lower: the constraints of the types (`gpu_preflight`), then those of the traced kernel
+        (`gpu_primitives`)."""
+        from tilefoundry.exits.pallas.gpu_preflight import check_gpu
+        from tilefoundry.exits.pallas.gpu_primitives import check_primitives
+
+        params = backend.compiler_params(check_gpu(self, backend))
+        check_primitives(self, backend, params)
+        return self.call(interpret=False, compiler_params=params)
+
+    def input_structs(self) -> list:
+        """`jax.ShapeDtypeStruct`s of the call's inputs: the parameters, then the constants."""
+        import jax
+
+        maps = (*self.inputs, *self.constant_maps())
+        return [jax.ShapeDtypeStruct(b.shape, b.dtype.to_numpy()) for b in maps]
+
+    def constant_maps(self) -> tuple[BlockMap, ...]:
         return tuple(
             BlockMap(
                 f"constant {i}",
@@ -114,9 +141,7 @@ class PallasKernel:
         """The traced kernel launch (interpret-independent), for `emit --pallas`."""
         import jax
 
-        maps = (*self.inputs, *self._constant_maps())
-        structs = [jax.ShapeDtypeStruct(b.shape, b.dtype.to_numpy()) for b in maps]
-        return str(jax.make_jaxpr(self.call(interpret=True))(*structs))
+        return str(jax.make_jaxpr(self.call(interpret=True))(*self.input_structs()))
 
 
 def _dims(shape: Sequence[int]) -> str:
@@ -170,13 +195,23 @@ def default_interpret() -> bool:
 
 
 _CALLS = LRU("run_pallas: traced kernels", 64)
-"""(id(fn), argument shapes/dtypes, interpret) -> (kernel, jitted call), while fn lives: a kernel
-is traced once per shape, as run_xla compiles once per shape. (The kernel refers to fn, so an
-entry keeps its function until the bound drops it.)"""
+"""(id(fn), argument shapes/dtypes, interpret, GPU backend) -> (kernel, jitted call), while fn
+lives: a kernel is traced once per shape, as run_xla compiles once per shape. (The kernel refers
+to fn, so an entry keeps its function until the bound drops it.)"""
 
 
-def run_pallas(fn: Function, *arrays: Any, interpret: bool | None = None) -> Any:
-    """Run `fn` as one Pallas kernel on global arrays; numpy results like `evaluate`'s."""
+def run_pallas(
+    fn: Function,
+    *arrays: Any,
+    interpret: bool | None = None,
+    gpu_backend: str | GpuBackend | None = None,
+) -> Any:
+    """Run `fn` as one Pallas kernel on global arrays; numpy results like `evaluate`'s.
+
+    `interpret=None` interprets unless jax's default backend is a GPU. A compiled kernel goes
+    through `gpu_backend` ("triton", the default, or "mosaic", or a `Triton(num_warps=...,
+    num_stages=...)`), which refuses up front what it cannot lower; naming a backend while
+    interpreting checks its constraints too, so a CPU run says what a GPU would refuse."""
     kernel = lower_pallas(fn, *arrays)  # checks the inputs on every call, cached or not
     interpret = default_interpret() if interpret is None else interpret
     if not interpret and default_interpret():
@@ -186,13 +221,28 @@ def run_pallas(fn: Function, *arrays: Any, interpret: bool | None = None) -> Any
             f"run_pallas: a compiled Pallas kernel needs a GPU (Triton / Mosaic GPU), but jax's "
             f"default backend is {jax.default_backend()!r}; pass interpret=True (or None) here"
         )
+    backend = None if interpret and gpu_backend is None else resolve_backend(gpu_backend)
     checked = [np.asarray(a) for a in arrays]
-    key = (id(fn), tuple((a.shape, a.dtype.str) for a in checked), interpret)
+    key = (id(fn), tuple((a.shape, a.dtype.str) for a in checked), interpret, backend)
     entry = _CALLS.hit(key)
     if entry is None:
         import jax
 
-        entry = _CALLS.put(key, (kernel, jax.jit(kernel.call(interpret))), owner=fn)
+        compiled = kernel.gpu_call(backend) if backend is not None else None  # refusals
+        call = kernel.call(interpret=True) if interpret else compiled
+        entry = _CALLS.put(key, (kernel, jax.jit(call)), owner=fn)
     kernel, call = entry
     outputs = [np.asarray(o) for o in call(*checked, *kernel.constant_arrays())]
     return regroup(iter(outputs), kernel.fn.body.type)
+
+
+def lower_for_cuda(fn: Function, *arrays: Any, gpu_backend: str | GpuBackend | None = None) -> str:
+    """The StableHLO a GPU machine would compile for `fn`'s kernel on these arguments (their
+    shapes and dtypes; the values are not read), lowered for `cuda` on any machine: the check
+    of the GPU path that needs no GPU. Refused up front like a compiled `run_pallas`."""
+    import jax
+
+    kernel = lower_pallas(fn, *arrays, caller="lower_for_cuda")
+    call = kernel.gpu_call(resolve_backend(gpu_backend))
+    lowered = jax.jit(call).trace(*kernel.input_structs()).lower(lowering_platforms=("cuda",))
+    return lowered.as_text()

@@ -17,6 +17,9 @@ function's device mesh must have N devices; each global argument is placed on th
 parameter's ShardLayout, the module runs partitioned on N XLA devices, and the results come back
 gathered to global arrays. XLA must have been started with N devices (on CPU:
 `XLA_FLAGS=--xla_force_host_platform_device_count=N` before jax first initialises a backend).
+
+Both paths run on the devices of jax's default backend (CPU, or a GPU where jax has one), and
+the modules they call declare that platform (`xla_jit.exported_module`).
 """
 
 from __future__ import annotations
@@ -77,18 +80,18 @@ def argument_dims(
 
 
 def _executable(text: str):
-    """The module compiled for one CPU device, called through `execute`: the fallback for a
-    module jax's jit cannot wrap (a dtype jax has no name for)."""
+    """The module compiled for one device of jax's default backend, called through `execute`:
+    the fallback for a module jax's jit cannot wrap (a dtype jax has no name for)."""
     import jax
     from jax.extend import backend
 
-    cpu = backend.get_backend("cpu")
+    devices = backend.get_backend()
     options = backend.get_compile_options(num_replicas=1, num_partitions=1)
-    executable = cpu.compile_and_load(text, cpu.devices()[:1], options)
+    executable = devices.compile_and_load(text, devices.devices()[:1], options)
 
     def run(*arrays: np.ndarray) -> list[np.ndarray]:
         with jax.enable_x64(True):  # else device_put narrows i64/u64/f64 inputs to 32 bits
-            outputs = executable.execute(jax.device_put(list(arrays), cpu.devices()[0]))
+            outputs = executable.execute(jax.device_put(list(arrays), devices.devices()[0]))
         return [np.asarray(o) for o in outputs]
 
     return run

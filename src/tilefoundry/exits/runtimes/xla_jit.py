@@ -3,8 +3,14 @@
 `executable.execute(jax.device_put(list))` costs ~10x `jax.jit` per call on a small program: no
 Python `device_put` is fast, only jit's C++ dispatch is. So the module is wrapped as a
 `jax.export.Exported` (in/out avals read off the module's `main`, the portable artifact as
-`mlir_module_serialized`, calling convention 10, platform cpu) and called through a cached
+`mlir_module_serialized`, calling convention 10) and called through a cached
 `jax.jit(exported.call)`: numpy in, device arrays out, the same optimised HLO as compiling the text.
+
+The `Exported` declares the platform of the devices it runs on (jax's default backend: `cpu`,
+`cuda`, ...), since jax refuses to call one on a platform it does not name; `platforms` names
+others (a module to lower for `cuda` on a CPU machine, or several for `emit --portable
+--platform`). Our modules have nothing platform-specific, so several platforms share one module,
+which then takes the platform index jax passes first and ignores it (`_with_platform_index`).
 
 The `Exported` constructor and `_module_to_bytecode` are jax internals; jax is pinned (0.10.2) and
 tests/exits/test_xla_jit.py fails loudly if either changes shape.
@@ -12,7 +18,7 @@ tests/exits/test_xla_jit.py fails loudly if either changes shape.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -72,18 +78,30 @@ def _main_avals(module: Any) -> tuple[list, list]:
     raise LookupError("the module has no main function")
 
 
-def exported_module(text: str, *, num_devices: int = 1) -> Any:
-    """A `jax.export.Exported` for our StableHLO text (one device unless `num_devices`); a
-    LookupError when a dtype of `main` has no jax counterpart."""
+def export_platforms(platforms: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The platforms an `Exported` declares: `platforms`, else the one jax's devices are on."""
+    from jax import export
+
+    return tuple(platforms) if platforms else (export.default_export_platform(),)
+
+
+def exported_module(
+    text: str, *, num_devices: int = 1, platforms: Sequence[str] | None = None
+) -> Any:
+    """A `jax.export.Exported` for our StableHLO text (one device unless `num_devices`), for
+    `export_platforms(platforms)`; a LookupError when a dtype of `main` has no jax counterpart."""
     import jax
     from jax import export
     from jax._src.export._export import _module_to_bytecode
     from jax._src.interpreters import mlir
     from jax._src.lib.mlir import ir
 
+    platforms = export_platforms(platforms)
     with mlir.make_ir_context():
         module = ir.Module.parse(text)
         in_avals, out_avals = _main_avals(module)
+        if len(platforms) > 1:
+            module = ir.Module.parse(_with_platform_index(text, module))
         serialized = _module_to_bytecode(module)
     tree = jax.tree_util.tree_structure
     nothing = (None,) * len(in_avals), (None,) * len(out_avals)
@@ -103,16 +121,46 @@ def exported_module(text: str, *, num_devices: int = 1) -> Any:
         in_shardings_hlo=nothing[0],
         out_shardings_hlo=nothing[1],
         nr_devices=num_devices,
-        platforms=("cpu",),
+        platforms=platforms,
         ordered_effects=(),
         unordered_effects=(),
         disabled_safety_checks=(),
         mlir_module_serialized=serialized,
         calling_convention_version=10,
-        module_kept_var_idx=tuple(range(len(in_avals))),
+        module_kept_var_idx=tuple(range(len(in_avals))),  # the arrays, after any platform index
         uses_global_constants=False,
         _get_vjp=no_vjp,
     )
+
+
+def _with_platform_index(text: str, module: Any) -> str:
+    """The module with `main` renamed and a new public `main` that takes jax's platform index
+    (a leading i32 scalar, jax's convention for a module exported for several platforms) before
+    the arrays and calls the old one with the arrays."""
+    from jax._src.lib.mlir import ir
+
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == (
+            "main"
+        ):
+            kind = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
+    ins, outs = [str(t) for t in kind.inputs], [str(t) for t in kind.results]
+    args = ", ".join(f"%arg{i}" for i in range(len(ins)))
+    call = f"func.call @{_RENAMED_MAIN}({args}) : ({', '.join(ins)}) -> ({', '.join(outs)})"
+    returned = ", ".join(f"%0#{i}" for i in range(len(outs))) if len(outs) > 1 else "%0"
+    signature = ", ".join(
+        ["%platform_index: tensor<i32>"] + [f"%arg{i}: {t}" for i, t in enumerate(ins)]
+    )
+    wrapper = (
+        f"  func.func public @main({signature}) -> ({', '.join(outs)}) {{\n"
+        f"    %0{f':{len(outs)}' if len(outs) > 1 else ''} = {call}\n"
+        f"    return {returned} : {', '.join(outs)}\n  }}\n"
+    )
+    renamed = text.replace("func.func public @main(", f"func.func private @{_RENAMED_MAIN}(", 1)
+    return renamed[: renamed.rindex("}")] + wrapper + "}\n"
+
+
+_RENAMED_MAIN = "tilefoundry_main"
 
 
 class JaxFunction(NamedTuple):
@@ -133,16 +181,18 @@ def jax_function(
     out_shardings: Any = None,
     num_devices: int = 1,
     donate_argnums: tuple[int, ...] = (),
+    platforms: Sequence[str] | None = None,
 ) -> JaxFunction:
     """Our module jitted: numpy arguments are placed by jit's C++ path. With `in_shardings` /
     `out_shardings` (NamedShardings on a mesh of `num_devices` devices) the module is an SPMD
     one: jit places each argument's blocks on their devices and returns global arrays of the
     given shardings. `donate_argnums` are jit's: jax honours them through `exported.call` (the
     lowered `main` marks each donated argument `tf.aliasing_output` of a result of its type,
-    and the result reuses its buffers; tests/exits/test_device_step.py checks both)."""
+    and the result reuses its buffers; tests/exits/test_device_step.py checks both).
+    `platforms`: as `exported_module`'s."""
     import jax
 
-    exported = exported_module(text, num_devices=num_devices)
+    exported = exported_module(text, num_devices=num_devices, platforms=platforms)
     placed = {} if in_shardings is None else {"in_shardings": in_shardings}
     if out_shardings is not None:
         placed["out_shardings"] = out_shardings
@@ -153,7 +203,7 @@ def jax_function(
 
 def jitted(text: str, *, flat: bool = True, **placement: Any) -> Callable[..., Any]:
     """`f(*numpy arrays) -> flat list of numpy arrays` running the module through jit's C++
-    argument path, on one CPU device unless `placement` gives `jax_function` shardings."""
+    argument path, on one device unless `placement` gives `jax_function` shardings."""
     return numpy_caller(jax_function(text, **placement), flat=flat)
 
 

@@ -13,7 +13,7 @@ numpy gathers by the same sharding (a replicated result read from one device per
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from math import prod
 from typing import Any
 
@@ -34,13 +34,21 @@ def _check_device_count(count: int) -> None:
 
     from tilefoundry.exits.runtimes.distributed.placement import check_host_devices
 
-    check_host_devices(count, 1)
-    available = len(backend.get_backend("cpu").devices())
+    devices = backend.get_backend()
+    if devices.platform == "cpu":
+        check_host_devices(count, 1)
+    available = len(devices.devices())
     if available < count:
-        raise UnsupportedError(
-            f"run_xla: the program's mesh needs {count} devices but XLA has {available}; "
-            f"on CPU start the process with XLA_FLAGS=--xla_force_host_platform_device_count="
+        how = (
+            "start the process with XLA_FLAGS=--xla_force_host_platform_device_count="
             f"{count} (set before jax initialises its backend)"
+            if devices.platform == "cpu"
+            else f"run it on a machine with {count} {devices.platform} devices, or on several "
+            "processes (run --processes)"
+        )
+        raise UnsupportedError(
+            f"run_xla: the program's mesh needs {count} devices but XLA has {available} "
+            f"({devices.platform}); {how}"
         )
 
 
@@ -50,14 +58,14 @@ def _compile(text: str, count: int):
     collectives)."""
     from jax.extend import backend
 
-    cpu = backend.get_backend("cpu")
-    available = cpu.devices()
+    devices = backend.get_backend()  # the devices jax runs on (its default backend)
+    available = devices.devices()
     options = backend.get_compile_options(
         num_replicas=1, num_partitions=count, device_assignment=np.arange(count).reshape(1, count)
     )
     options.executable_build_options.use_spmd_partitioning = True
     options.executable_build_options.use_shardy_partitioner = True
-    return cpu.compile_and_load(text, available[:count], options), available[:count]
+    return devices.compile_and_load(text, available[:count], options), available[:count]
 
 
 def spmd_runner(
@@ -76,12 +84,15 @@ def spmd_function(
     *,
     donate_argnums: tuple[int, ...] = (),
     caller: str = "run_xla",
+    platforms: Sequence[str] | None = None,
 ) -> JaxFunction:
     """The SPMD module of `fn` jitted for `devices` devices, compiled for the DimVar `bindings`
     of arguments already checked against the signature (`exits.runtimes.xla.check_inputs`: count,
     dtype, shape); the caller caches it per shapes. In a process that joined a multi-process run
     (`jax.distributed`), the devices are the run's global ones, placed as the distributed runtime
-    places them (`placement.device_grid`: the outermost mesh axes cross processes)."""
+    places them (`placement.device_grid`: the outermost mesh axes cross processes). It declares
+    the platform of jax's devices, or `platforms` (`xla_jit.exported_module`: a module to lower
+    for another platform)."""
     import jax
     from jax.sharding import Mesh, NamedSharding
 
@@ -96,7 +107,7 @@ def spmd_function(
             f"({module.mesh!r}), not devices={devices}"
         )
     if processes == 1:
-        grid = np.array(jax.devices("cpu")[:count]).reshape(module.mesh.shape)
+        grid = np.array(jax.devices()[:count]).reshape(module.mesh.shape)
     else:
         from tilefoundry.exits.runtimes.distributed.placement import device_grid
 
@@ -114,6 +125,7 @@ def spmd_function(
         out_shardings=placement(module.result_types),
         num_devices=count,
         donate_argnums=donate_argnums,
+        platforms=platforms,
     )
 
 

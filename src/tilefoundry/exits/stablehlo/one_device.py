@@ -240,7 +240,7 @@ def emit_stablehlo(
     meshes are all cta grids of one device (`mesh_is_on_one_device`), the single-device module.
     """
     emitter = _ModuleEmitter()
-    sharded = isinstance(obj, Function) and _on_a_mesh(obj, bindings)
+    sharded = isinstance(obj, Function) and on_a_device_mesh(obj, bindings)
     if isinstance(obj, Module):
         entries = _entry_symbols(obj.functions)
         text = emitter.emit(entries, bindings, module_name(obj.name))
@@ -259,7 +259,8 @@ def emit_stablehlo(
     return serialize_portable(text, shardy=sharded)
 
 
-def _on_a_mesh(fn: Function, bindings: Mapping[Any, int] | None) -> bool:
+def on_a_device_mesh(fn: Function, bindings: Mapping[Any, int] | None) -> bool:
+    """Whether `fn` runs on a mesh of several devices, so that it is emitted as an SPMD module."""
     if fn.body is None:
         fn = select_variant(fn, bindings=dict(bindings or {}))
     # a cta mesh is the CTAs of one device: its program's meaning is the single-device module

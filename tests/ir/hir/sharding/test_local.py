@@ -29,6 +29,7 @@ from tilefoundry.ir.types.shard import (
 from tilefoundry.rules import ACCESS_RELATION, EVAL, surface_entry
 
 X = make_mesh((4,), ("x",))
+CTAS = make_mesh((4,), ("c",), topology="cta")
 XY = make_mesh((2, 4), ("x", "y"))
 N = DimVar("N", 1, 64)
 OP = Local()
@@ -138,6 +139,13 @@ REJECT = [
         "split position straddling logical axes",
         t((2, 8), layout=sl((4, 4), (4, 1), (S(0),), X)),
         r"Local: mesh axis 0 \('x'\) splits layout position 0 .* factors no single axis",
+    ),
+    # A cta mesh is one kernel's grid: a CTA's block is already its value there, and a per-CTA
+    # value has no way out of the kernel, so the simulator refuses it as the Pallas exit would.
+    (
+        "on a cta mesh",
+        sharded((8, 16), CTAS, S(1)),
+        r"Local: x lives on a cta mesh, where a CTA's block already is the value",
     ),
 ]
 

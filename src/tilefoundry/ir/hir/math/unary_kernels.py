@@ -155,8 +155,8 @@ def _pallas_kernel(kind: UnaryKind, kx):
     special = {
         UnaryKind.RSQRT: lambda x: 1 / jnp.sqrt(x),
         UnaryKind.RELU: lambda x: jnp.maximum(x, jnp.zeros((), x.dtype)),
-        UnaryKind.ROUND: jnp.rint,
-        UnaryKind.ROUND_HALF_AWAY: lambda x: lax.round(x, lax.RoundingMethod.AWAY_FROM_ZERO),
+        UnaryKind.ROUND: lambda x: _rounded(jnp, x, ties_to_even=True),
+        UnaryKind.ROUND_HALF_AWAY: lambda x: _rounded(jnp, x, ties_to_even=False),
         UnaryKind.ERF: lax.erf,
     }
     names = {
@@ -177,6 +177,24 @@ def _pallas_kernel(kind: UnaryKind, kx):
         UnaryKind.BITWISE_NOT: "invert",
     }
     return special.get(kind) or getattr(jnp, names[kind])
+
+
+def _rounded(jnp, x, ties_to_even: bool):
+    """Round to the nearest integer through floor (no GPU lowering has `round`): |x| - floor(|x|)
+    is exact, so the tie test is too; a tie goes to the even neighbour, or away from zero. A zero
+    result keeps x's sign (x * 0), and what is not finite is x itself, as StableHLO rounds."""
+    magnitude = jnp.abs(x)
+    below = jnp.floor(magnitude)
+    fraction = magnitude - below
+    if ties_to_even:
+        odd = below - 2 * jnp.floor(below / 2)
+        up = (fraction > 0.5) | ((fraction == 0.5) & (odd == 1))
+    else:
+        up = fraction >= 0.5
+    nearest = jnp.where(up, below + 1, below)
+    signed = jnp.where(x < 0, -nearest, nearest)
+    signed = jnp.where(signed == 0, x * 0, signed)
+    return jnp.where(jnp.isfinite(x), signed, x)
 
 
 @register_pallas(Unary)

@@ -57,6 +57,7 @@ from tilefoundry.rules import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -424,3 +425,28 @@ def _stablehlo(op, operands, arg_types, out_type, lw):
     convolved = Value.of(lw, name, out)
     result = convolved + bias.broadcast_in_dim([1], shape)
     return result.convert(out_type.dtype).name
+
+
+@register_pallas(Conv2D)
+def _pallas(op, args, arg_types, out_type, kx):
+    """One `lax.conv_general_dilated` in NCHW / OIHW at full f32 precision plus the bias, narrow
+    floats accumulated in f32 like the reference kernel. No Pallas GPU lowering has a
+    convolution, so interpret mode runs it and a GPU backend refuses it up front."""
+    lax, jnp = kx.lax, kx.jnp
+    (ph, pw) = op.padding
+
+    def convolve(x, weight, bias):
+        out = lax.conv_general_dilated(
+            x,
+            weight,
+            window_strides=op.stride,
+            padding=((ph, ph), (pw, pw)),
+            rhs_dilation=op.dilation,
+            dimension_numbers=("NCHW", "OIHW", "NCHW"),
+            feature_group_count=op.groups,
+            precision=lax.Precision.HIGHEST,
+            preferred_element_type=jnp.float32,
+        )
+        return out + bias.reshape((1, -1, 1, 1))
+
+    return kx.in_f32(convolve, out_type.dtype, *args)

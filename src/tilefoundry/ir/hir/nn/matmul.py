@@ -271,11 +271,15 @@ def _stablehlo(op, operands, arg_types, out_type, lw):
 
 @register_pallas(MatMul)
 def _pallas(op, args, arg_types, out_type, kx):
-    """torch.matmul in jnp, accumulated in f32 (the reference kernel's `compute_in_f32`)."""
+    """torch.matmul in jnp, accumulated in f32 (the reference kernel's `compute_in_f32`), at
+    full f32 precision: the default lets a GPU round f32 operands to TF32 (Triton's default
+    input precision), which the reference never does; HIGHEST is IEEE f32 there."""
     lhs, rhs = args
     jnp = kx.jnp
+    highest = kx.lax.Precision.HIGHEST
 
     def product(a, b):
-        return jnp.matmul(a, b, preferred_element_type=jnp.float32 if a.dtype.kind == "f" else None)
+        accumulate = jnp.float32 if a.dtype.kind == "f" else None
+        return jnp.matmul(a, b, precision=highest, preferred_element_type=accumulate)
 
     return kx.in_f32(product, out_type.dtype, lhs, rhs)

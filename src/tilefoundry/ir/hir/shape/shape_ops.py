@@ -8,6 +8,9 @@ extent.
 
 ShapeExtract reads one element at a constant index, which its relation states. ShapeCompose's
 operand is a tuple, which has no coordinate space, so it registers `NO_AFFINE_RELATION`.
+
+In a kernel both are selections against an iota (a shape value may be runtime data there too),
+which every GPU lowering has: neither slices nor concatenates a value.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from tilefoundry.rules import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -178,3 +182,20 @@ def _compose_stablehlo(op: ShapeCompose, operands, arg_types, out_type, lw):
     if not dims:
         return lw.constant(np.zeros((0,), np.int64), i64, (0,))
     return concatenate(dims, 0).name
+
+
+@register_pallas(ShapeExtract)
+def _extract_pallas(op: ShapeExtract, args, arg_types, out_type, kx):
+    """The one element at the position, selected by a mask and summed (the others are 0)."""
+    jnp = kx.jnp
+    (shape,) = args
+    position = extract_position(op, arg_types[0])
+    at = kx.lax.broadcasted_iota(jnp.int32, shape.shape, 0) == position
+    return jnp.sum(jnp.where(at, shape, jnp.zeros_like(shape)))
+
+
+@register_pallas(ShapeCompose)
+def _compose_pallas(op: ShapeCompose, args, arg_types, out_type, kx):
+    """Each dim placed at its position by a mask (no concatenate of scalars)."""
+    (dims,) = args
+    return kx.vector(dims, out_type.dtype)

@@ -4,6 +4,10 @@ The result type describes what *one* mesh instance holds, so it only makes sense
 has no global value, which is why the reference kernel refuses to run on global arrays and why no
 affine relation maps its coordinates (the map from a local to a global coordinate depends on the
 device's mesh coordinate, which is not a value in the IR).
+
+On a cta mesh it is refused at typeinfer: inside a kernel a CTA's block already is its value,
+and a per-CTA value can never become a kernel result, so the simulator and the Pallas exit agree
+by both refusing it.
 """
 
 from __future__ import annotations
@@ -61,6 +65,12 @@ def _sharded_input(op: Op, x: TensorType) -> ShardLayout:
         raise VerifyError(
             f"{op_name(op)}: x's ShardLayout binds a {type(layout.layout).__name__}, whose "
             "local projection is not defined; reshard it onto a plain Layout first"
+        )
+    if any(t.name == "cta" for t in layout.mesh.topologies):
+        raise VerifyError(
+            f"{op_name(op)}: x lives on a cta mesh, where a CTA's block already is the value the "
+            "kernel computes with (DESIGN §4.13) and a per-CTA view could never leave the kernel "
+            "(it has no global value); use x itself"
         )
     for mesh_axis, attr in enumerate(layout.attrs):
         if isinstance(attr, Dynamic):

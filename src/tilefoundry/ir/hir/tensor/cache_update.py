@@ -29,6 +29,8 @@ from tilefoundry.rules import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
+    register_pallas_sharded,
     register_sharded_eval,
     register_spmd_lowering,
     register_stablehlo,
@@ -222,3 +224,25 @@ def _stablehlo(op: CacheUpdate, operands, arg_types, out_type, lw):
     stop = (cur_pos + s).broadcast_in_dim([], cache.shape)
     inside = (position >= start) & (position < stop)
     return inside.select(written, cache).name
+
+
+@register_pallas(CacheUpdate, reads_refs=True)
+def _pallas(op: CacheUpdate, args, arg_types, out_type, kx):
+    """The cache with s positions from cur_pos replaced by new's first s, as a selection
+    (`kx.write_window`: a gather-load of new's Ref when it is a gmem parameter). On inputs the
+    reference accepts this is its result; the ones it refuses are undefined here."""
+    cache, cur_pos, s, new = args
+    zero = kx.jnp.int32(0)
+    starts = [zero, kx.scalar_start(cur_pos, 1, 0), zero, zero]
+    counts = list(arg_types[0].shape)
+    counts[_LENGTH_AXIS] = kx.scalar_start(s, 1, 0)
+    return kx.write_window(cache, new, starts, counts)
+
+
+@register_pallas_sharded(CacheUpdate)
+def _pallas_sharded(op: CacheUpdate, args, call):
+    """The simulation's reading in each CTA: its block of new written into its block of the
+    cache (the length axis never split; cur_pos and s replicated scalars)."""
+    new_axes = [None if a == _LENGTH_AXIS else a for a in range(4)]
+    operands = (call.aligned(0, range(4)), args[1], args[2], call.aligned(3, new_axes))
+    return call.local_result(operands)

@@ -54,6 +54,8 @@ from tilefoundry.rules import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
+    register_pallas_sharded,
     register_sharded_eval,
     register_spmd_lowering,
     register_stablehlo,
@@ -269,11 +271,11 @@ def _eval(op: Gather, args, out_type: TensorType) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _DeviceReading:
-    """What each device's gather reads, for both engines (the evaluator's `ShardedCall` and the
-    SPMD exit's `SpmdCall`): the result axis each axis of `x` runs along (None for the gathered
-    one) and each axis of `indices` runs along, the result axes `indices` is read whole along
-    (x's other axes), and the mesh axes splitting the gathered axis (whose result must be
-    Partial(sum) there)."""
+    """What each device's gather reads, for every engine (the evaluator's `ShardedCall`, the
+    SPMD exit's `SpmdCall`, the Pallas exit's `PallasCall`): the result axis each axis of `x`
+    runs along (None for the gathered one) and each axis of `indices` runs along, the result
+    axes `indices` is read whole along (x's other axes), and the mesh axes splitting the
+    gathered axis (whose result must be Partial(sum) there)."""
 
     axis: int
     batch: int
@@ -398,3 +400,23 @@ def _stablehlo(op: Gather, operands, arg_types, out_type, lw):
     out-of-range index; StableHLO clamps it into the axis, so such inputs are undefined here."""
     x, indices = (Value.of(lw, n, t) for n, t in zip(operands, arg_types, strict=True))
     return gather(x, indices, op.axis % x.rank, op.batch_dims).name
+
+
+@register_pallas(Gather, reads_refs=True)
+def _pallas(op: Gather, args, arg_types, out_type, kx):
+    """One gather-load from x's Ref when x is a gmem parameter (the form of gather Triton
+    lowers), jnp's gather of a value otherwise. Indices are clamped into the axis, as
+    `stablehlo.gather` clamps them: the reference refuses an out-of-range index, a kernel
+    cannot."""
+    x, indices = args
+    return kx.take(x, indices, op.axis % arg_types[0].rank, op.batch_dims)
+
+
+@register_pallas_sharded(Gather)
+def _pallas_sharded(op: Gather, args, call):
+    """Each CTA gathers from its own block of x with its block of the indices, the other axes
+    carried, as in the simulation (a Split gathered axis leaves a Partial(sum), which the Pallas
+    exit refuses first)."""
+    x, indices = call.arg_types
+    reading = _device_reading(op, x.rank, indices.rank, call)
+    return call.local_result((call.aligned(0, reading.x_axes), call.aligned(1, reading.index_axes)))

@@ -37,6 +37,8 @@ from tilefoundry.rules import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
+    register_pallas_sharded,
     register_sharded_eval,
     register_spmd_lowering,
     register_stablehlo,
@@ -370,3 +372,25 @@ def _stablehlo(op: InsertSlice, operands, arg_types, out_type, lw):
     types = arg_types[2].fields if isinstance(arg_types[2], TupleType) else (arg_types[2],)
     offsets = [Value.of(lw, n, t).convert(i64) for n, t in zip(names, types, strict=True)]
     return dst.dynamic_update_slice(update, offsets).name
+
+
+@register_pallas(InsertSlice, reads_refs=True)
+def _pallas(op: InsertSlice, args, arg_types, out_type, kx):
+    """dst with the window replaced, as a selection (`kx.write_window`: a gather-load of
+    update's Ref when it is a gmem parameter). On every window the reference accepts this is its
+    result; one it refuses (outside dst) is undefined here, as at the StableHLO exit."""
+    dst, update, offsets = args
+    offsets = offsets if isinstance(offsets, tuple) else (offsets,)
+    return kx.write_window(dst, update, [kx.scalar_start(o, 1, 0) for o in offsets])
+
+
+@register_pallas_sharded(InsertSlice)
+def _pallas_sharded(op: InsertSlice, args, call):
+    """The simulation's reading in each CTA: its block of update written into its block of dst
+    (typeinfer admits a Split only where the window covers the axis whole)."""
+    dst, update = call.global_shape(0), call.global_shape(1)
+    window = {a for a, (u, d) in enumerate(zip(update, dst, strict=True)) if u != d}
+    rank = len(dst)
+    update_axes = [None if a in window else a for a in range(rank)]
+    operands = (call.aligned(0, range(rank)), call.aligned(1, update_axes), args[2])
+    return call.local_result(operands)

@@ -109,7 +109,20 @@ def _stablehlo(op: Reverse, operands, arg_types, out_type, lw):
     return lw.op(f"stablehlo.reverse {operands[0]}, dims = [{dims}] : {lw.type(out_type)}")
 
 
-@register_pallas(Reverse)
+@register_pallas(Reverse, reads_refs=True)
 def _pallas(op: Reverse, args, arg_types, out_type, kx):
+    """Of a gmem parameter, one gather-load of its Ref at the reversed positions (Triton has no
+    `rev`, but loads at computed offsets); of a value in the kernel, jnp's flip."""
     (x,) = args
-    return kx.jnp.flip(x, reversed_axes(op, x.ndim)) if op.axes else x
+    if not op.axes:
+        return kx.load(x)
+    axes = reversed_axes(op, arg_types[0].rank)
+    if not kx.is_ref(x):
+        return kx.jnp.flip(x, axes)
+    shape = tuple(x.ref.shape)  # this CTA's block
+    iota = kx.lax.broadcasted_iota
+    positions = [
+        (extent - 1 - iota(kx.jnp.int32, shape, a)) if a in axes else iota(kx.jnp.int32, shape, a)
+        for a, extent in enumerate(shape)
+    ]
+    return kx.read_at(x, positions)

@@ -6,7 +6,8 @@ from storage anchoring) and unsharded: the logical shape does not depend on x's 
 any pending reduction, so every ShardLayout is accepted and none is carried.
 
 They read no element of x. Their relation says exactly that: x's boundary is the empty map (no
-domain point reads any coordinate), so traffic and dependence analysis charge nothing for x.
+domain point reads any coordinate), so traffic and dependence analysis charge nothing for x. In
+a kernel the shape is known when the kernel is built, so each is a constant there too.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from tilefoundry.rules import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
+    register_pallas_sharded,
     register_sharded_eval,
     register_spmd_lowering,
     register_stablehlo,
@@ -145,3 +148,25 @@ def _shape_of_stablehlo(op: ShapeOf, operands, arg_types, out_type, lw):
 @register_stablehlo(Rank)
 def _rank_stablehlo(op: Rank, operands, arg_types, out_type, lw):
     return lw.constant(arg_types[0].rank, i64)
+
+
+@register_pallas(ShapeOf)
+def _shape_of_pallas(op: ShapeOf, args, arg_types, out_type, kx):
+    """Off the cta mesh the operand's local type is its global one: its shape, as a constant."""
+    return kx.vector(arg_types[0].shape, out_type.dtype)
+
+
+@register_pallas(Rank)
+def _rank_pallas(op: Rank, args, arg_types, out_type, kx):
+    return kx.jnp.asarray(arg_types[0].rank).astype(kx.dtype(out_type.dtype))
+
+
+@register_pallas_sharded(ShapeOf)
+def _shape_of_pallas_sharded(op: ShapeOf, args, call):
+    """The global logical shape in every CTA, as in the simulation (a CTA's block is smaller)."""
+    return call.body.kx.vector(call.global_shape(0), i64)
+
+
+@register_pallas_sharded(Rank)
+def _rank_pallas_sharded(op: Rank, args, call):
+    return call.body.kx.jnp.asarray(len(call.global_shape(0))).astype(call.body.kx.dtype(i64))

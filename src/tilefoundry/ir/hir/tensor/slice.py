@@ -265,12 +265,13 @@ def _stablehlo(op: Slice, operands, arg_types, out_type, lw):
     return window.reshape(lw.shape(out_type)).name
 
 
-@register_pallas(Slice)
+@register_pallas(Slice, reads_refs=True)
 def _pallas(op: Slice, args, arg_types, out_type, kx):
-    """The reference kernel's static window, on a jnp value."""
+    """The reference kernel's static window: of a gmem parameter, a read of only the window
+    from its Ref (which Triton lowers as a load); of a jnp value, a slice."""
     (x,) = args
     steps = op.strides if op.strides is not None else (None,) * len(op.begin)
     index = tuple(slice(b, e, s) for b, e, s in zip(op.begin, op.end, steps, strict=True))
-    window = x[index]
-    axes = tuple(a % x.ndim for a in op.squeeze_axes)
+    window = kx.static_window(x, index)
+    axes = tuple(a % window.ndim for a in op.squeeze_axes)
     return kx.jnp.squeeze(window, axis=axes) if axes else window

@@ -5,7 +5,8 @@ symbolic length in the result, not a pad-and-mask. The seed checks k against the
 that is decidable statically and fails open elsewhere; the kernel checks every resolved k.
 
 Kernel ordering: ties are broken by the lower index first, in both directions (a stable sort), so
-results are deterministic; `sorted=False` allows any order and gets that same sorted order.
+results are deterministic; `sorted=False` allows any order and gets that same sorted order. The
+Pallas rule reaches that order without a sort (no GPU lowering has one): by ranks.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from tilefoundry.rules import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_pallas,
     register_stablehlo,
     register_surface,
     register_typeinfer,
@@ -270,3 +272,46 @@ def _stablehlo(op: TopK, operands, arg_types, out_type, lw):
     operands = [_sort_keys(x), x, iota(lw, x.shape, axis, i64)]
     _, values, indices = _stable_sort(operands, axis, descending=op.largest)
     return values.slice_axis(axis, 0, k).name, indices.slice_axis(axis, 0, k).name
+
+
+@register_pallas(TopK)
+def _pallas(op: TopK, args, arg_types, out_type, kx):
+    """Each element's rank along the axis is the count of elements ordered before it (greater,
+    or equal at a lower index; less, for `largest=False`), from one pairwise comparison; output
+    position r takes the element of rank r. Keys as `_sort_keys`: narrow floats in f32, -0
+    folded into +0, NaN above +inf; a float key is compared as its sign-magnitude integer, in
+    which every NaN is the largest."""
+    jnp, lax = kx.jnp, kx.lax
+    (x,) = args
+    axis = op.axis % x.ndim
+    k = out_type.fields[0].shape[axis]
+    moved = jnp.moveaxis(x, axis, -1)
+    keys, n = _ordered_keys(kx, moved), moved.shape[-1]
+    mine, other = keys[..., :, None], keys[..., None, :]  # element j against element i
+    ahead = other > mine if op.largest else other < mine
+    earlier = lax.broadcasted_iota(jnp.int32, (n, n), 1) < lax.broadcasted_iota(
+        jnp.int32, (n, n), 0
+    )
+    rank = jnp.sum((ahead | ((other == mine) & earlier)).astype(jnp.int32), axis=-1)
+    chosen = rank[..., None, :] == lax.broadcasted_iota(jnp.int32, (k, n), 0)
+    positions = lax.broadcasted_iota(jnp.int32, chosen.shape, chosen.ndim - 1)
+    values = kx.pick(chosen, jnp.broadcast_to(moved[..., None, :], chosen.shape), -1)
+    indices = jnp.sum(jnp.where(chosen, positions, 0), axis=-1)
+    return (
+        jnp.moveaxis(values, -1, axis),
+        jnp.moveaxis(indices, -1, axis).astype(kx.dtype(i64)),
+    )
+
+
+def _ordered_keys(kx, x):
+    """Integers (or x itself) whose order is the kernel's order of x's elements."""
+    jnp = kx.jnp
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        return x
+    if x.dtype == jnp.bool_:
+        return x.astype(jnp.int32)
+    keys = x.astype(jnp.float32)
+    keys = jnp.where(keys == 0.0, jnp.zeros_like(keys), keys)
+    bits = kx.lax.bitcast_convert_type(keys, jnp.int32)
+    bits = jnp.where(keys != keys, jnp.iinfo(jnp.int32).max, bits)
+    return jnp.where(bits < 0, bits ^ jnp.int32(0x7FFFFFFF), bits)

@@ -1,0 +1,189 @@
+"""Refuse, before lowering, a traced kernel that uses what its GPU backend cannot lower (issue 27).
+
+The kernel is traced once (`make_jaxpr` of the `pallas_call`) with each op call's rule under a
+named scope of its own, so every jax primitive is traced back to the call that emitted it. Each
+equation, loop bodies included, is checked against the backend's lowering as the pinned jax
+(0.10.2) has it: a primitive with a rule in the backend's table, and the conditions those rules
+put on their operands —
+
+- Triton: every array of a power-of-two size (Triton's tensors are); a dot of two 2-D tiles
+  without batch dims, of signed or float operands, each dim at least 16 (smaller ones lower but
+  fail in Triton's PTX compile, jax-ml/jax#20051); concatenate / stack only of two `[..., 1]`
+  pieces along the last axis; a forward cumsum; an argmax / argmin over one axis; a split into a
+  power-of-two count of equal parts.
+- Mosaic GPU (its lane lowering): reductions over every axis only; no loop carrying arrays (a
+  carry whose register layout changes, as a zeros-initialised accumulator's does, fails in its
+  layout inference; refused whole, conservatively).
+
+A refusal names the op, the primitive and why, located at the op's call. The lowering tests
+(tests/exits/pallas/test_gpu_lowering.py) hold this to the truth: what it accepts lowers for
+`cuda` and what it refuses does not, on every op's samples and every example kernel.
+"""
+
+from __future__ import annotations
+
+from math import prod
+from typing import Any
+
+from tilefoundry.errors import UnsupportedError
+from tilefoundry.exits.pallas.gpu import SCOPE, GpuBackend, Kernel, MosaicGpu
+from tilefoundry.ir.core import Call, source_span
+
+_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or")
+
+
+def check_primitives(kernel: Kernel, backend: GpuBackend, compiler_params: Any) -> None:
+    """Raise the first equation of the traced kernel that `backend` cannot lower."""
+    import jax
+
+    traced: list = []
+    call = kernel.call(interpret=False, compiler_params=compiler_params, traced=traced)
+    launch = jax.make_jaxpr(call)(*kernel.input_structs())
+    (pallas,) = [e for e in launch.jaxpr.eqns if e.primitive.name == "pallas_call"]
+    calls = traced[-1].scoped_calls
+    rules = _lowering_rules(backend)
+    reason = _mosaic_reason if isinstance(backend, MosaicGpu) else _triton_reason
+    found = _first_refusal(pallas.params["jaxpr"], lambda eqn: reason(eqn, rules))
+    if found is not None:
+        _refuse(kernel, backend, *found, calls)
+
+
+def _first_refusal(jaxpr, reason, outer: tuple = ()) -> tuple[tuple, Any] | None:
+    """The first equation `reason` refuses, as (the name stacks from it out to the kernel, why):
+    a loop's body before the loop itself (the op inside is what the user wrote). A jaxpr nested
+    in an equation (a loop body, a jitted jnp function) names its scopes relative to it, so the
+    enclosing equations' stacks come along."""
+    from jax.extend.core import jaxprs_in_params
+
+    for eqn in jaxpr.eqns:
+        stacks = (str(eqn.source_info.name_stack), *outer)
+        for inner in jaxprs_in_params(eqn.params):
+            found = _first_refusal(getattr(inner, "jaxpr", inner), reason, stacks)
+            if found is not None:
+                return found
+        why = reason(eqn)
+        if why:
+            return stacks, why
+    return None
+
+
+def _lowering_rules(backend: GpuBackend) -> Any:
+    """The backend's primitive -> rule table in the pinned jax (private: jax is pinned exactly,
+    and the lowering tests fail if the table moves)."""
+    if isinstance(backend, MosaicGpu):
+        try:
+            from jax._src.pallas.mosaic_gpu import core as gpu_core
+            from jax._src.pallas.mosaic_gpu import lowering
+        except ImportError as err:
+            raise UnsupportedError(
+                f"Mosaic GPU: jax's Mosaic GPU lowering does not import here ({err}); "
+                "install absl-py (pip install -e '.[gpu-lowering]'), or use --gpu-backend triton"
+            ) from None
+        return lowering.mosaic_lowering_rules[gpu_core.LANExWG_SEMANTICS]
+    from jax._src.pallas.triton.lowering import triton_lowering_rules
+
+    return triton_lowering_rules
+
+
+def _shapes(eqn) -> list[tuple[tuple[int, ...], Any]]:
+    return [
+        (tuple(v.aval.shape), v.aval.dtype)
+        for v in (*eqn.invars, *eqn.outvars)
+        if hasattr(v.aval, "shape")
+    ]
+
+
+def _triton_reason(eqn, rules) -> tuple[str, str | None] | None:
+    name, params = eqn.primitive.name, eqn.params
+    if eqn.primitive not in rules:
+        return f"`{name}` (it has no rule for it)", None
+    for shape, _ in _shapes(eqn):
+        size = prod(shape)
+        if size & (size - 1):
+            return (
+                f"`{name}` of a {shape} array (Triton's arrays have power-of-two sizes)",
+                "pad the value to a power-of-two shape, or choose tiles that are",
+            )
+    ins = [v.aval for v in eqn.invars]
+    if name == "dot_general":
+        return _triton_dot(ins, params)
+    if name == "concatenate" and (
+        len(ins) != 2 or params["dimension"] != ins[0].ndim - 1 or ins[0].shape[-1] != 1
+    ):
+        return "`concatenate` but of two [..., 1] pieces along the last axis", None
+    if name == "stack" and (len(ins) != 2 or params["axis"] != ins[0].ndim):
+        return "`stack` but of two pieces along a new last axis", None
+    if name == "cumsum" and params["reverse"]:
+        return "a reverse `cumsum`", None
+    if name in ("argmax", "argmin") and len(params["axes"]) != 1:
+        return f"`{name}` over several axes", None
+    if name == "split":
+        sizes = params["sizes"]
+        if len(set(sizes)) != 1 or len(sizes) & (len(sizes) - 1):
+            return "`split` into unequal parts, or into a count that is not a power of two", None
+    return None
+
+
+def _triton_dot(ins, params) -> tuple[str, str | None] | None:
+    _, batch = params["dimension_numbers"]
+    if batch != ((), ()) or any(a.ndim != 2 for a in ins):
+        shapes = " x ".join(str(tuple(a.shape)) for a in ins)
+        return (
+            f"a `dot_general` of {shapes} (its dot takes two 2-D tiles, no batch dims)",
+            "give each CTA a 2-D matmul (the batch dims over the cta mesh, reshaped away), or "
+            "run batched matmuls on XLA",
+        )
+    for aval in ins:
+        if aval.dtype.kind == "u":
+            return (
+                f"a `dot_general` of {aval.dtype} operands (its dot reads integers as signed)",
+                "cast them to a signed type first",
+            )
+        if min(aval.shape) < 16:
+            return (
+                f"a `dot_general` of a {tuple(aval.shape)} tile (its dot needs at least 16 along "
+                "each dim, jax-ml/jax#20051)",
+                "use tiles of 16 or more along every dim of a matmul",
+            )
+    return None
+
+
+def _mosaic_reason(eqn, rules) -> tuple[str, str | None] | None:
+    name = eqn.primitive.name
+    if eqn.primitive not in rules:
+        return f"`{name}` (its lane lowering has no rule for it)", None
+    if name in _REDUCTIONS:
+        rank = eqn.invars[0].aval.ndim
+        if set(eqn.params["axes"]) != set(range(rank)):
+            return f"a `{name}` over some axes only (it reduces every axis or none)", None
+    if name in ("scan", "while") and any(v.aval.ndim for v in eqn.outvars):
+        return (
+            f"a `{name}` loop carrying arrays (its carries must keep the register layout it "
+            "infers, which a tile loop's accumulators do not)",
+            None,
+        )
+    return None
+
+
+def _refuse(kernel: Kernel, backend: GpuBackend, stacks, why, calls: list[Call]):
+    """`why`: (what the backend cannot lower, the fix, or None for the general one)."""
+    what, fix = why
+    call = _emitting_call(stacks, calls)
+    where = type(call.target).__name__ if call is not None else f"Function {kernel.fn.name}"
+    node = call if call is not None else kernel.fn.body
+    other = "triton" if isinstance(backend, MosaicGpu) else "mosaic"
+    fix = fix or f"run it in interpret mode or on XLA (run_xla), or try --gpu-backend {other}"
+    raise UnsupportedError(
+        f"{where}: {backend.label} cannot lower {what} (Pallas, jax 0.10.2); {fix}",
+        location=source_span(node),
+    )
+
+
+def _emitting_call(stacks: tuple[str, ...], calls: list[Call]) -> Call | None:
+    """The op call whose rule emitted an equation: the innermost of our scopes on its name
+    stacks (innermost first)."""
+    for stack in stacks:
+        for part in reversed(stack.split("/")):
+            if part.startswith(SCOPE):
+                return calls[int(part[len(SCOPE) :])]
+    return None
