@@ -12,6 +12,7 @@ from support.functions import call, function_of
 from tilefoundry.errors import EvalError
 from tilefoundry.evaluator import evaluate
 from tilefoundry.frontend import parse_source
+from tilefoundry.ir.core import Tuple
 from tilefoundry.ir.hir.footprint import (
     MEMORY_ENV,
     device_bytes,
@@ -22,6 +23,7 @@ from tilefoundry.ir.hir.footprint import (
     value_bytes,
 )
 from tilefoundry.ir.hir.math import Binary, BinaryKind
+from tilefoundry.ir.hir.tensor import TupleGetItem
 from tilefoundry.ir.types import DimVar, f32, i8, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import Broadcast, Split, make_mesh
 
@@ -170,3 +172,18 @@ def test_a_called_functions_intermediates_live_only_while_it_runs(schedules):
     """x, the inner exp and the call's result while `inner` runs; then x, the call's result,
     the scalar 1.0 and the sum (with the inner exp kept, one value more)."""
     assert peak_bytes_per_device(schedules["calls"]) == 3 * KB + 4
+
+
+def test_a_field_of_a_tuple_copies_nothing_also_when_it_is_a_tuple():
+    """((x + x, x * x), x + x)[0][0]: the Tuples and both selections hold what they select, so
+    the peak is x with the sum and the product, live together once the product is computed;
+    counting the selected pair as a new value would add 2 KB more."""
+
+    def nested(x):
+        total = call(Binary(kind=BinaryKind.ADD), x, x)
+        product = call(Binary(kind=BinaryKind.MUL), x, x)
+        pair = call(TupleGetItem(index=0), Tuple((Tuple((total, product)), total)))
+        return call(TupleGetItem(index=0), pair)
+
+    fn = function_of({"x": make_tensor_type((256,), f32)}, nested)
+    assert peak_bytes_per_device(fn) == 3 * KB

@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable, Mapping
 from functools import partial
 from math import prod
-from typing import Any
+from typing import Any, NamedTuple
 
 from tilefoundry.errors import EvalError, VerifyError
 from tilefoundry.ir.core import Call, Constant, Expr, Tuple, Var
@@ -136,15 +136,41 @@ def program_bytes(fn: Any, bindings: Mapping[Any, int]) -> int:
     return total
 
 
+class SchedulePeak(NamedTuple):
+    """The peak of a run of a Function's body (see `schedule_peak`)."""
+
+    bytes: int
+    """The most bytes the body's values hold on one device at once, beyond the parameters."""
+    live: tuple[tuple[Expr, int], ...]
+    """The values held at that moment, each with its bytes on one device, in the order they
+    were computed; the node running then is last, with what it allocates while it runs added
+    (a called Function's intermediates, one iteration of a loop's body)."""
+
+
 def peak_bytes_per_device(fn: Function, bindings: Mapping[Any, int] | None = None) -> int:
     """The bytes one device holds at the peak of a run of `fn` (see the module doc): its
     parameters, plus the most its body's live values reach."""
     bindings = bindings or {}
+    return (
+        sum(device_bytes(p.type, bindings) for p in fn.params) + schedule_peak(fn, bindings).bytes
+    )
+
+
+def schedule_peak(fn: Function, bindings: Mapping[Any, int] | None = None) -> SchedulePeak:
+    """The peak of `fn`'s body under the schedule (see `_Schedule`), and what is live then: the
+    one figure `peak_bytes_per_device` adds to the parameters and the device-memory report
+    breaks down."""
+    bindings = bindings or {}
     peaks: dict[Function, int] = {}
+    found = SchedulePeak(0, ())
     for callee in callees_first(fn):  # callees first: a call's peak is known when it is reached
         if isinstance(callee.body, Expr):
-            peaks[callee] = _Schedule(bindings, peaks).peak((callee.body,), set(callee.params))
-    return sum(device_bytes(p.type, bindings) for p in fn.params) + peaks.get(fn, 0)
+            schedule = _Schedule(bindings, peaks)
+            if callee is fn:
+                found = schedule.peak_and_live((fn.body,), set(fn.params))
+            else:
+                peaks[callee] = schedule.peak((callee.body,), set(callee.params))
+    return found
 
 
 class _Schedule:
@@ -163,7 +189,13 @@ class _Schedule:
     def peak(self, roots: tuple[Expr, ...], outside: set[Expr]) -> int:
         """The most bytes the region under `roots` allocates at once beyond the `outside` values
         (live already: parameters, a loop's variables and the outer values its body reads)."""
+        return self._run(roots, outside, record=False).bytes
 
+    def peak_and_live(self, roots: tuple[Expr, ...], outside: set[Expr]) -> SchedulePeak:
+        """`peak`, with the values live when it is reached."""
+        return self._run(roots, outside, record=True)
+
+    def _run(self, roots: tuple[Expr, ...], outside: set[Expr], record: bool) -> SchedulePeak:
         def reads(node: Expr) -> tuple[Expr, ...]:
             return () if node in outside else tuple(dict.fromkeys(self._reads(node)))
 
@@ -180,6 +212,7 @@ class _Schedule:
             holders[root] += 1
         rank = {node: index for index, node in enumerate(nodes)}
         ahead = _steps_to_roots(nodes, reads)
+        held: dict[Expr, int] = {}  # the values allocated now (kept only when recording)
 
         def priority(node: Expr) -> tuple[bool, int, int, int]:
             done = () if _aliases(node) else reads(node)
@@ -194,24 +227,32 @@ class _Schedule:
                 holders[value] -= 1
                 if holders[value] == 0:
                     freed += own[value]
+                    held.pop(value, None)
                     if _aliases(value):
                         stack.extend(reads(value))
             return freed
 
         ready = [n for n in nodes if waiting[n] == 0]
         live = peak = 0
+        at_peak: tuple[tuple[Expr, int], ...] = ()
         while ready:
             node = min(ready, key=priority)
             ready.remove(node)
-            peak = max(peak, live + own[node] + self._transient(node))
+            running = own[node] + self._transient(node)
+            if live + running > peak:
+                peak = live + running
+                if record:
+                    at_peak = (*held.items(), (node, running))
             live += own[node]
+            if record and own[node]:
+                held[node] = own[node]
             if not _aliases(node):
                 live -= release(reads(node))
             for reader in readers[node]:
                 waiting[reader] -= 1
                 if waiting[reader] == 0:
                     ready.append(reader)
-        return max(peak, live)
+        return SchedulePeak(peak, at_peak)
 
     def _size(self, node: Expr) -> int:
         return device_bytes(node.type, self.bindings)
@@ -243,17 +284,15 @@ def _steps_to_roots(nodes, reads) -> dict[Expr, int]:
 
 
 def _aliases(node: Expr) -> bool:
-    """A Tuple, or a field of a tuple (`tuple_get_item`: the one op that reads a tuple into a
-    tensor): it copies nothing."""
+    """A Tuple, or a field of a tuple (TupleGetItem, the one op that reads one field of a tuple
+    whole, a tensor or a nested tuple; told from the types, as engines do not import op
+    modules): it copies nothing."""
     if isinstance(node, Tuple):
         return True
-    return (
-        isinstance(node, Call)
-        and not isinstance(node.target, Function)
-        and isinstance(node.type, TensorType)
-        and len(node.args) == 1
-        and isinstance(node.args[0].type, TupleType)
-    )
+    if not isinstance(node, Call) or isinstance(node.target, Function) or len(node.args) != 1:
+        return False
+    held = node.args[0].type
+    return isinstance(held, TupleType) and node.type in held.fields
 
 
 def _loop_inputs(loop: GridRegionExpr) -> tuple[frozenset[Expr], tuple[Expr, ...]]:
