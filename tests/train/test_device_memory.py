@@ -1,11 +1,13 @@
 """Memory per device before the run (issue 26 item 5): `ir.hir.device_memory` from the types.
 
 The truth: the per-device block of a type is its global bytes over the devices a Split shares
-it among (types §8: Broadcast and Partial keep the whole value on each device); the peak follows
-a schedule that frees a value after its last reader (a chain whose values die young peaks at two
-values, one whose first value is read last at three); and XLA's own memory analysis of the
-compiled steps, which places exactly the argument bytes we count and, fusing and reusing
-buffers, needs less than the estimate for the rest.
+it among (types §8: Broadcast and Partial keep the whole value on each device); the peak is that
+of `footprint`'s schedule (each step runs, of the nodes whose operands are computed, one that
+frees at least what it allocates, else the one furthest from the result, ties to the one that
+allocates least; a value is freed after its last reader; a call holds its callee's peak while it
+runs), worked by hand below for small programs, and the values live at the peak add up to it;
+and XLA's own memory analysis of the compiled steps, which places exactly the argument bytes we
+count and, fusing and reusing buffers, needs less than the estimate for the rest.
 """
 
 import numpy as np
@@ -18,7 +20,7 @@ from tilefoundry.ir.hir.device_memory import (
     device_memory,
     parse_size,
 )
-from tilefoundry.ir.hir.footprint import device_bytes
+from tilefoundry.ir.hir.footprint import device_bytes, peak_bytes_per_device
 from tilefoundry.ir.types import f32, make_shard_tensor_type, make_tensor_type
 from tilefoundry.ir.types.shard import B, P, S, make_mesh
 from train import optim_programs as programs
@@ -46,6 +48,7 @@ def test_a_device_holds_its_block(attrs, devices_sharing):
 
 
 CHAINS = """
+from tilefoundry.dsl import tf
 from tilefoundry.frontend import Tensor, func
 
 
@@ -61,17 +64,48 @@ def first_read_last(x: Tensor[(64, 32), "f32"]):
     a = x + 1.0
     b = a * 2.0
     return b + a
+
+
+@func
+def inner(x: Tensor[(64, 32), "f32"]):
+    return tf.exp(tf.exp(x))
+
+
+@func
+def calls(x: Tensor[(64, 32), "f32"]):
+    return inner(x) + 1.0
 """
 
 
-def test_the_peak_frees_a_value_after_its_last_reader():
-    fns = parse_source(CHAINS, "<chains>")
-    short, long = (device_memory(fns[name]) for name in ("short_lived", "first_read_last"))
+@pytest.fixture(scope="module")
+def chains():
+    return parse_source(CHAINS, "<chains>")
+
+
+def test_the_peak_frees_a_value_after_its_last_reader(chains):
+    """By the schedule: the constant 1.0 (4 bytes) runs first (furthest from the result), then
+    2.0 (as far from it as a, and allocating less), then a, freeing 1.0. In short_lived b frees
+    a and 2.0, so it runs next, while they are held: a, 2.0 and b, 2N + 4; then 3.0 and the
+    product: b, 3.0 and the product, 2N + 4 again. In first_read_last b cannot free a (the sum
+    reads it): the sum runs with a and b held, 3N."""
+    short, long = (device_memory(chains[name]) for name in ("short_lived", "first_read_last"))
     assert short.arguments == long.arguments == (("x", N),)
-    # a is freed once b is computed; the f32 constant 3.0 (4 bytes) is live for the last op
     assert short.peak_values == 2 * N + 4
-    assert long.peak_values == 3 * N  # a lives until the sum reads it
-    assert long.total == 4 * N
+    assert sorted(size for _, size in short.live_at_peak) == [4, N, N]
+    assert long.peak_values == 3 * N
+    assert [size for _, size in long.live_at_peak] == [N, N, N]
+    assert long.total == 4 * N == peak_bytes_per_device(chains["first_read_last"])
+
+
+def test_the_values_live_at_the_peak_name_a_call_by_its_callee(chains):
+    """inner's peak is its two exps (2N: the first is freed once the second is computed). In
+    calls the constant 1.0 runs first (it allocates less than the call, as far from the
+    result), then the call, holding inner's peak while it runs: 1.0 and 2N. The sum after it
+    holds 1.0, the call's result and the sum, 2N + 4 again, not more."""
+    memory = device_memory(chains["calls"])
+    assert memory.peak_values == 2 * N + 4
+    assert memory.live_at_peak == (("inside inner", 2 * N), ("Constant", 4))
+    assert memory.largest(2) == [("inside inner", 2 * N), ("x", N)]
 
 
 def test_zero_holds_an_eighth_of_the_optimizer_state_per_device():
