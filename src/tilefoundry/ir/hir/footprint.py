@@ -8,10 +8,13 @@ it is an upper bound. A value on a mesh counts once per device that holds a copy
 keeps one array per device: a Split shares the value out, a Broadcast or Partial replicates it).
 
 `peak_bytes_per_device` is the finer estimate a schedule gives: the bytes one device holds at
-the peak of a run that frees each value after its last reader (the program order, loop bodies one
-iteration at a time, a called Function's intermediates only while it runs). It is what reverse
-mode's choices change: a gradient keeps the forward values its backward reads alive until then
-(a loop's stacks, one row per iteration), and a `checkpoint`ed call keeps only its arguments.
+the peak of a run that frees each value after its last reader (a greedy memory-minimising
+order, loop bodies one iteration at a time, a called Function's intermediates only while it
+runs). It is what reverse mode's choices change: a gradient keeps the forward values its
+backward reads alive until then (a loop's stacks, one row per iteration), and a `checkpoint`ed
+call keeps only its arguments. It is the one per-device peak: `schedule_peak` gives it with the
+values live when it is reached, which `ir/hir/device_memory` reports (`tilefoundry show`,
+`run --device-memory`).
 
 The limit is `TILEFOUNDRY_MEMORY_LIMIT` (bytes, or with a K/M/G/T suffix) when set, else the
 machine's physical memory.
