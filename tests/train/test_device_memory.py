@@ -74,6 +74,13 @@ def inner(x: Tensor[(64, 32), "f32"]):
 @func
 def calls(x: Tensor[(64, 32), "f32"]):
     return inner(x) + 1.0
+
+
+@func
+def looped(x: Tensor[(64, 32), "f32"]):
+    for _ in range(8):
+        x = tf.exp(x) * 0.5
+    return x
 """
 
 
@@ -106,6 +113,15 @@ def test_the_values_live_at_the_peak_name_a_call_by_its_callee(chains):
     assert memory.peak_values == 2 * N + 4
     assert memory.live_at_peak == (("inside inner", 2 * N), ("Constant", 4))
     assert memory.largest(2) == [("inside inner", 2 * N), ("x", N)]
+
+
+def test_the_values_live_at_the_peak_name_a_loop_by_one_iteration(chains):
+    """The loop's result (N) is held while an iteration runs: 0.5 first (it allocates less than
+    exp, as far from the iteration's result), exp, then the product, which frees exp and 0.5
+    but is computed while they are held: 2N + 4. Eight iterations cost one's worth."""
+    memory = device_memory(chains["looped"])
+    assert memory.peak_values == 3 * N + 4
+    assert memory.live_at_peak == (("a loop, one iteration of its body", 3 * N + 4),)
 
 
 def test_zero_holds_an_eighth_of_the_optimizer_state_per_device():
