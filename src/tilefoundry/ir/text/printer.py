@@ -44,8 +44,11 @@ def op_spelling(op: Op) -> tuple[str, dict[str, Any]]:
     """An op's printed name and the attributes printed after it. The name is its declared
     `Op.mnemonic`, else its DSL surface name (`broadcast_to`, `rms_norm`; an entry that fixes
     attributes states them, so `Binary(kind=ADD)` prints as `add`, without `kind=add`), else,
-    for an op that declares neither, its class name."""
-    attrs = op.attributes()
+    for an op that declares neither, its class name. An optional attribute left unset is not
+    printed (`zeros[shape=..., dtype=f32, storage=gmem]`, not `..., layout=none]`): its absence is
+    the op's default meaning, and ops gaining an optional attribute keep their spelling."""
+    unset = {p.name for p in type(op).param_defs() if p.optional}
+    attrs = {k: v for k, v in op.attributes().items() if not (v is None and k in unset)}
     if type(op).mnemonic is not None:
         return type(op).mnemonic, attrs
     entry = surface_of(op)
