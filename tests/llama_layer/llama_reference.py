@@ -1,4 +1,4 @@
-"""An independent float64 numpy Llama decoder layer: the oracle of tests/llama.
+"""An independent float64 numpy Llama decoder layer: the oracle of tests/llama_layer.
 
 Written from the model's definition (HF `LlamaDecoderLayer`), not from tilefoundry's kernels:
 RMSNorm `x / sqrt(mean(x^2) + eps) * w`; rotate-half RoPE `x * cos[p] + rotate_half(x) * sin[p]`

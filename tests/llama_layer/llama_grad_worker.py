@@ -45,7 +45,7 @@ def ours(name: str, arrays: tuple, compiled: bool) -> tuple[str, Any]:
     loop body runs `trips` times); those XLA's compiled executable holds (`jax_collectives`; it
     partitions nothing itself, so the two agree); and the kinds of the compiled collectives that
     sit in a while loop."""
-    from llama.llama_grad_cases import gradient
+    from llama_layer.llama_grad_cases import gradient
     from tilefoundry.exits.runtimes.xla import run_xla
     from tilefoundry.exits.runtimes.xla_spmd import _compile
     from tilefoundry.exits.stablehlo.spmd import collective_report, emit_spmd
@@ -81,7 +81,7 @@ def jax_gradients(name: str, arrays: tuple) -> tuple[tuple, list[tuple[str, int,
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from llama.llama_grad_cases import PARAMETERS, SPECS, jax_loss
+    from llama_layer.llama_grad_cases import PARAMETERS, SPECS, jax_loss
 
     devices = np.array(jax.devices())
     mesh = (
@@ -105,7 +105,7 @@ def jax_gradients(name: str, arrays: tuple) -> tuple[tuple, list[tuple[str, int,
 def accumulation_collectives(name: str) -> list[tuple[str, tuple, int]]:
     """(kind, mesh axes, bytes) of a two-micro-batch step that sums pending gradients
     (`reduce_gradients=False`) and completes them once."""
-    from llama.llama_grad_cases import accumulation_step
+    from llama_layer.llama_grad_cases import accumulation_step
     from tilefoundry.exits.stablehlo.spmd import collective_report
 
     return [

@@ -18,8 +18,8 @@ import sys
 
 import pytest
 
-from llama import llama_cases as cases
-from llama import llama_worker
+from llama_layer import llama_cases as cases
+from llama_layer import llama_worker
 from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.evaluator import evaluate
 from tilefoundry.frontend import parse_source

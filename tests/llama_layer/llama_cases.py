@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from llama import llama_reference as reference
+from llama_layer import llama_reference as reference
 from tilefoundry.frontend import parse_source
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.py"

@@ -10,7 +10,7 @@ from typing import Any
 def run_on_devices(name: str, arrays: tuple, compiled: bool) -> tuple[str, Any]:
     """("ok", result) or ("error", "<ErrorClass>: <message>"): an exception object may not
     survive pickling, and the test compares the text with the refusal it expects."""
-    from llama.llama_cases import program
+    from llama_layer.llama_cases import program
     from tilefoundry.exits.runtimes.xla import run_xla
     from tilefoundry.passes import compile as compile_pipeline
 

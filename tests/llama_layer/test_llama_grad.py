@@ -21,9 +21,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from llama import llama_cases as cases
-from llama import llama_grad_cases as grads
-from llama import llama_grad_worker as worker
+from llama_layer import llama_cases as cases
+from llama_layer import llama_grad_cases as grads
+from llama_layer import llama_grad_worker as worker
 from tilefoundry.evaluator import evaluate
 from tilefoundry.ir.types.shard import P
 from tilefoundry.passes import verify

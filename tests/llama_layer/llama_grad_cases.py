@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from llama import llama_cases as cases
-from llama import llama_reference as reference
+from llama_layer import llama_cases as cases
+from llama_layer import llama_reference as reference
 from tilefoundry import grad
 from tilefoundry.analysis import TypeInferContext
 from tilefoundry.dsl import tf
