@@ -17,6 +17,15 @@ def run_program(name: str, arrays: tuple, devices: int, compiled: bool = False):
     return run_xla(fn, *arrays, devices=devices)
 
 
+def run_named(module: str, name: str, arrays: tuple, devices: int):
+    """Run the Function `name` of test module `module` (importable from tests/) on XLA devices."""
+    import importlib
+
+    from tilefoundry.exits.runtimes.xla import run_xla
+
+    return run_xla(getattr(importlib.import_module(module), name), *arrays, devices=devices)
+
+
 def run_error(name: str, arrays: tuple, devices: int) -> str:
     """The message run_xla fails with (an exception object may not survive pickling)."""
     try:

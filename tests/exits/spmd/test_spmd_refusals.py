@@ -9,6 +9,7 @@ from exits.spmd.sharded_programs import TP
 from frontend import programs as frontend_programs
 from tilefoundry.dsl import tf
 from tilefoundry.errors import UnsupportedError, VerifyError
+from tilefoundry.evaluator import evaluate
 from tilefoundry.exits.stablehlo.spmd import emit_spmd
 from tilefoundry.frontend import Tensor, func, parse_source
 from tilefoundry.ir.types.shard import make_mesh
@@ -57,16 +58,35 @@ def test_non_device_topologies_are_refused(fn, topology):
         emit_spmd(fn)
 
 
-def test_a_partial_parameter_is_refused():
-    with pytest.raises(
-        UnsupportedError, match=r"parameter 'x' is Partial\(sum\).*pass it completed"
-    ):
-        emit_spmd(frontend_programs.partial_signature)
+def test_a_partial_parameter_takes_its_addend_of_the_global_value(devices8):
+    """Issue 28 item 2: a Partial(sum) parameter runs (it is not refused mid-lowering). The caller
+    passes the global value, as to `evaluate`; each device takes an addend of it, so the
+    completing Reshard gives the value back, as the simulator's uneven addends do."""
+    x = np.random.default_rng(3).standard_normal((8, 16)).astype(np.float32)
+    text = emit_spmd(frontend_programs.partial_signature)
+    assert text.count('"stablehlo.all_reduce"') == 1
+    got = devices8.submit(
+        spmd_worker.run_named, "frontend.programs", "partial_signature", (x,), 8
+    ).result(timeout=120)
+    np.testing.assert_allclose(np.asarray(got), x, rtol=1e-6)
+    np.testing.assert_allclose(evaluate(frontend_programs.partial_signature, x), x, rtol=1e-5)
 
 
-def test_a_partial_result_is_refused():
-    with pytest.raises(UnsupportedError, match=r"result 0 of partial_result is Partial\(sum\)"):
-        emit_spmd(partial_result)
+def test_a_partial_result_is_completed_at_the_boundary(devices8):
+    """Issue 28 item 2: a Partial(sum) result returns its global value, the completed sum
+    (`evaluate(..., complete_partials=True)`), by one all-reduce the exit adds."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    w = rng.standard_normal((16, 4)).astype(np.float32)
+    assert emit_spmd(partial_result).count('"stablehlo.all_reduce"') == 1
+    got = devices8.submit(
+        spmd_worker.run_named, "exits.spmd.test_spmd_refusals", "partial_result", (x, w), 8
+    ).result(timeout=120)
+    want = x.astype(np.float64) @ w.astype(np.float64)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        evaluate(partial_result, x, w, complete_partials=True), want, rtol=1e-5, atol=1e-5
+    )
 
 
 def test_a_local_result_has_no_global_value():
