@@ -131,7 +131,8 @@ def _non_canonical(
         f"{where}: {layout.mesh.axes[mesh_axis].label} splits {what} ({layout.layout} over "
         f"logical shape {list(type_.shape)}), so a device's share is not one contiguous block; "
         f"{engine} reads only canonical layouts (each Split the outermost factor of its logical "
-        "axis): reshard to the canonical layout first"
+        "axis): reshard to the canonical layout first (a parameter: declare it with the "
+        "canonical layout, N @ m.a per logical axis)"
     )
 
 

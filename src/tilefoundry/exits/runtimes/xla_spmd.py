@@ -28,8 +28,8 @@ from tilefoundry.ir.types import TensorType
 
 
 def _check_device_count(count: int) -> None:
-    """Refuse, before the module is built, a device count this process cannot hold: building
-    and compiling a module for thousands of devices takes long only to fail inside XLA."""
+    """Refuse, before the module is compiled, a device count this process cannot hold:
+    compiling a module for thousands of devices takes long only to fail inside XLA."""
     from jax.extend import backend
 
     from tilefoundry.exits.runtimes.distributed.placement import check_host_devices
@@ -97,9 +97,9 @@ def spmd_function(
     from jax.sharding import Mesh, NamedSharding
 
     processes = jax.process_count()
+    module = lower_spmd(fn, bindings=bindings or None)  # the program's own refusals come first
     if processes == 1:
         _check_device_count(devices)
-    module = lower_spmd(fn, bindings=bindings or None)
     count = prod(module.mesh.shape)
     if count != devices:
         raise UnsupportedError(
