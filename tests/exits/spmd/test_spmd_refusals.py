@@ -129,5 +129,30 @@ def test_run_xla_refuses_a_device_count_other_than_the_mesh(devices8):
     assert message.startswith("UnsupportedError: run_xla: megatron_mlp runs on a mesh of 8 devices")
 
 
+def test_run_xla_without_devices_runs_on_the_meshs_device_count(devices8):
+    """Issue 28 item 2: `run_xla(fn)` of a sharded program takes the mesh's device count (before,
+    a raw JaxRuntimeError from the one-device path); a process with fewer devices is refused
+    with an UnsupportedError naming the XLA_FLAGS fix."""
+    from exits.spmd.sharded_programs import PROGRAMS
+    from tilefoundry.exits.runtimes.xla import run_xla
+
+    rng = np.random.default_rng(5)
+    arrays = tuple(
+        rng.standard_normal(shape).astype(np.float32) for shape in ((8, 32), (32, 64), (64, 32))
+    )
+    default = devices8.submit(spmd_worker.run_program, "megatron_mlp", arrays, None)
+    eight = devices8.submit(spmd_worker.run_program, "megatron_mlp", arrays, 8)
+    np.testing.assert_array_equal(default.result(timeout=120), eight.result(timeout=120))
+    import jax
+
+    if len(jax.devices("cpu")) < 8:
+        with pytest.raises(UnsupportedError, match=r"needs 8 devices but XLA has .*XLA_FLAGS="):
+            run_xla(PROGRAMS["megatron_mlp"].sharded, *arrays)
+    else:  # the test process itself was started with 8 devices: it runs
+        np.testing.assert_array_equal(
+            run_xla(PROGRAMS["megatron_mlp"].sharded, *arrays), eight.result(timeout=120)
+        )
+
+
 def test_the_worker_really_has_eight_devices(devices8):
     assert devices8.submit(spmd_worker.device_count).result(timeout=120) == 8

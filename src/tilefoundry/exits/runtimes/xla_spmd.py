@@ -28,7 +28,7 @@ from tilefoundry.ir.types import TensorType
 
 
 def _check_device_count(count: int) -> None:
-    """Refuse, before the module is compiled, a device count this process cannot hold:
+    """Refuse, before the module is compiled, a device count this process does not hold:
     compiling a module for thousands of devices takes long only to fail inside XLA."""
     from jax.extend import backend
 
