@@ -127,6 +127,13 @@ def peak_kib(build) -> float:
         tracemalloc.stop()
 
 
+def both_to_text(program, specs, repeats: int) -> tuple[float, float]:
+    """Median seconds of our path and JAX's to StableHLO text, samples interleaved."""
+    return interleaved_medians(
+        lambda: ours_to_text(program), lambda: jax_to_text(program, specs), repeats
+    )
+
+
 def linearity_programs(ops: int) -> dict[str, tuple]:
     """Per program, its 800-op and its `ops`-op form: the decoder (25 HIR ops a layer, many small
     fusion regions) and the elementwise chain (one region as long as the program)."""
@@ -143,11 +150,7 @@ def linearity(args, repeats: int) -> None:
         for program in programs:
             specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in program.arguments()]
             ops = hir_ops(parse_program(program))
-            ours, peer = interleaved_medians(
-                lambda p=program: ours_to_text(p),
-                lambda p=program, s=specs: jax_to_text(p, s),
-                repeats,
-            )
+            ours, peer = both_to_text(program, specs, repeats)
             rows.append(
                 {
                     "program": name,
@@ -206,11 +209,7 @@ def main() -> None:
         specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in program.arguments()]
         error = check_same_result(program)
         ops = hir_ops(parse_program(program))
-        ours, peer = interleaved_medians(
-            lambda p=program: ours_to_text(p),
-            lambda p=program, s=specs: jax_to_text(p, s),
-            repeats,
-        )
+        ours, peer = both_to_text(program, specs, repeats)
         stages = stage_times(program, repeats)
         rows.append(
             {
