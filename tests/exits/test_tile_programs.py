@@ -191,3 +191,22 @@ def test_staging_without_a_layout_is_refused_naming_the_sugar():
             return tf.reshard(x, storage="smem")
 
     assert "test_tile_programs.py" in str(err.value)
+
+
+def test_a_dsl_reshard_to_another_shape_is_refused_located_naming_both_shapes():
+    """Shard §7.4 (DESIGN §4.17): the random-program case that found it, (8, 16) resharded to
+    the same 128 elements laid out as (16, 8), written in the DSL: refused at its source line."""
+    from tilefoundry import Tensor, func
+    from tilefoundry.dsl import tf
+    from tilefoundry.ir.types.shard import make_mesh
+
+    mesh = make_mesh((2, 4), ("x", "y"))
+    # (16 @ x, 8) is laid out as positions (2, 8, 8): x's 8 rows cannot be its first 16
+    both = r"the target layout's shape \(2, 8, 8\) does not factor x's logical shape \(8, 16\)"
+    with pytest.raises(VerifyError, match=both) as caught:
+
+        @func
+        def other_shape(x: Tensor[(8, 16), "f32"]):
+            return tf.reshard(x, layout=(16 @ mesh.x, 8), storage="gmem")
+
+    assert f"{__file__}:" in str(caught.value)
