@@ -62,8 +62,8 @@ TRIES_PER_CASE = 6
 BATCH = 64
 """Combinations per emitted program."""
 NO_EXTREMUM_PRODUCER = (
-    "a Partial(max|min) operand: no op makes a pending max/min from complete values, and the "
-    "exit refuses a Partial parameter"
+    "a Partial(max|min) operand: no op makes a pending max/min from complete values, and a "
+    "Partial parameter's addends at the exit are the value itself on every device (not uneven)"
 )
 
 
