@@ -49,7 +49,8 @@ from tilefoundry.ir.types.shard import (
     shared_strides,
     with_strides,
 )
-from tilefoundry.ir.types.shard.int_tuple import flatten, product, unflatten
+from tilefoundry.ir.types.shard.int_tuple import flatten, is_int, product, unflatten
+from tilefoundry.ir.types.shard.mesh import c_order_strides
 from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
@@ -243,8 +244,10 @@ def _target_layout(op: Op, x: TensorType, storage: StorageKind) -> ShardLayout:
         raise VerifyError(f"{op_name(op)}: {err.message}") from None
 
 
-def _plain_target(op: Op, x: TensorType, storage: StorageKind) -> Layout:
-    """A plain `Layout` target: the value stays on no mesh, only its strides are chosen."""
+def _plain_target(op: Op, x: TensorType, storage: StorageKind) -> Layout | None:
+    """A plain `Layout` target: the value stays on no mesh, only its strides are chosen. Strides
+    that come out C-order are the plain value's own (None: signature binding materialises C-order,
+    DESIGN §4.2), so a staged value keeps the type of an unstaged one where nothing moved."""
     target = op.layout
     if isinstance(x.layout, ShardLayout):
         raise VerifyError(
@@ -261,6 +264,9 @@ def _plain_target(op: Op, x: TensorType, storage: StorageKind) -> Layout:
         TensorType(x.shape, x.dtype, target, storage)  # types §2: mode by mode, injective
     except VerifyError as err:
         raise VerifyError(f"{op_name(op)}: {err.message}") from None
+    extents, strides = tuple(flatten(target.shape)), tuple(flatten(target.stride))
+    if all(is_int(e) for e in extents) and strides == tuple(c_order_strides(extents)):
+        return None
     return target
 
 
