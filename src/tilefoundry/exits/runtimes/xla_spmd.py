@@ -96,8 +96,12 @@ def spmd_function(
     import jax
     from jax.sharding import Mesh, NamedSharding
 
+    from tilefoundry.exits.runtimes.distributed.placement import check_host_devices
+
     processes = jax.process_count()
-    module = lower_spmd(fn, bindings=bindings or None)  # the program's own refusals come first
+    if processes == 1 and jax.default_backend() == "cpu":
+        check_host_devices(devices, 1)  # the count alone, before any module is built (issue 20)
+    module = lower_spmd(fn, bindings=bindings or None)  # then the program's own refusals
     if processes == 1:
         _check_device_count(devices)
     count = prod(module.mesh.shape)
