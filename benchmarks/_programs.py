@@ -143,6 +143,27 @@ def decoder(layers: int, dims: DecoderDims = SMALL) -> Program:
     return Program(f"decoder_L{layers}_d{d}", tuple(params), tuple(body), array_fn)
 
 
+def exp_chain(ops: int, n: int = 8) -> Program:
+    """`h = exp(h) * y + x`, repeated to about `ops` HIR ops (three per line) in one elementwise
+    fusion region: the compile-scaling case whose region grows with the program (issue 28), where
+    the decoder's regions stay small however deep it is. Only compiled, never run: its values
+    overflow long before 10,000 ops."""
+    repeats = max(ops // 3, 1)
+
+    def array_fn(xp: Any, x: Any, y: Any) -> Any:
+        h_ = x
+        for _ in range(repeats):
+            h_ = xp.exp(h_) * y + x
+        return h_
+
+    return Program(
+        f"exp_chain_{3 * repeats}",
+        (("x", (n, n)), ("y", (n, n))),
+        ("h = x", *("h = tf.exp(h) * y + x" for _ in range(repeats)), "return h"),
+        array_fn,
+    )
+
+
 def four_arguments(n: int) -> Program:
     """A small program with four parameters: at 16x16 what a call costs is the call itself."""
     return Program(

@@ -14,9 +14,11 @@ Before timing, each L is checked: our StableHLO run on XLA (`run_xla`) and `jax.
 array code give the same result. Run: `python benchmarks/compile_scaling.py`
 (`--layers 8 32 128` picks the depths).
 
-`--ops 10000` is the linearity check instead: our per-op time on a decoder of that many HIR ops
-against the figure at 800 ops (L=32), and peak memory of one compile on each side (tracemalloc,
-a separate untimed run) in KiB per HIR op, next to JAX's.
+`--ops 10000` is the linearity check instead, on two programs: the decoder and an elementwise
+chain (`h = tf.exp(h) * y + x` repeated, one fusion region as long as the program). For each,
+our per-op time at that many HIR ops against the figure at 800 ops (the decoder at L=32), and
+peak memory of one compile on each side (tracemalloc, a separate untimed run) in KiB per HIR op,
+next to JAX's.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _programs import SMALL, allclose, decoder, parse_program
+from _programs import SMALL, allclose, decoder, exp_chain, parse_program
 from _timing import (
     interleaved_medians,
     markdown_table,
@@ -125,46 +127,64 @@ def peak_kib(build) -> float:
         tracemalloc.stop()
 
 
+def both_to_text(program, specs, repeats: int) -> tuple[float, float]:
+    """Median seconds of our path and JAX's to StableHLO text, samples interleaved."""
+    return interleaved_medians(
+        lambda: ours_to_text(program), lambda: jax_to_text(program, specs), repeats
+    )
+
+
+def linearity_programs(ops: int) -> dict[str, tuple]:
+    """Per program, its 800-op and its `ops`-op form: the decoder (25 HIR ops a layer, many small
+    fusion regions) and the elementwise chain (one region as long as the program)."""
+    return {
+        "decoder": (decoder(32, SMALL), decoder(max(ops // 25, 1), SMALL)),
+        "exp_chain": (exp_chain(800), exp_chain(ops)),
+    }
+
+
 def linearity(args, repeats: int) -> None:
-    """Per-op time and peak memory at 800 HIR ops and at `args.ops` (25 HIR ops per layer)."""
-    rows = []
-    for layers in (32, max(args.ops // 25, 1)):
-        program = decoder(layers, SMALL)
-        specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in program.arguments()]
-        ops = hir_ops(parse_program(program))
-        ours, peer = interleaved_medians(
-            lambda p=program: ours_to_text(p),
-            lambda p=program, s=specs: jax_to_text(p, s),
-            repeats,
-        )
-        rows.append(
-            {
-                "layers": layers,
-                "hir_ops": ops,
-                "ours_s": ours,
-                "jax_s": peer,
-                "ratio": ours / peer,
-                "ours_us_per_op": ours / ops * 1e6,
-                "jax_us_per_op": peer / ops * 1e6,
-                "ours_peak_kib_per_op": peak_kib(lambda p=program: ours_to_text(p)) / ops,
-                "jax_peak_kib_per_op": peak_kib(lambda p=program, s=specs: jax_to_text(p, s)) / ops,
-            }
-        )
-        print(f"L={layers} ({ops} ops): {ours * 1e3:.0f} ms vs {peer * 1e3:.0f} ms", flush=True)
-    growth = rows[1]["ours_us_per_op"] / rows[0]["ours_us_per_op"]
+    """Per-op time and peak memory at 800 HIR ops and at `args.ops`, for each program."""
+    rows, growth = [], {}
+    for name, programs in linearity_programs(args.ops).items():
+        for program in programs:
+            specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in program.arguments()]
+            ops = hir_ops(parse_program(program))
+            ours, peer = both_to_text(program, specs, repeats)
+            rows.append(
+                {
+                    "program": name,
+                    "hir_ops": ops,
+                    "ours_s": ours,
+                    "jax_s": peer,
+                    "ratio": ours / peer,
+                    "ours_us_per_op": ours / ops * 1e6,
+                    "jax_us_per_op": peer / ops * 1e6,
+                    "ours_peak_kib_per_op": peak_kib(lambda p=program: ours_to_text(p)) / ops,
+                    "jax_peak_kib_per_op": peak_kib(lambda p=program, s=specs: jax_to_text(p, s))
+                    / ops,
+                }
+            )
+            print(
+                f"{program.name} ({ops} ops): {ours * 1e3:.0f} ms vs {peer * 1e3:.0f} ms",
+                flush=True,
+            )
+        small, large = rows[-2], rows[-1]
+        growth[name] = large["ours_us_per_op"] / small["ours_us_per_op"]
     table = markdown_table(
-        ["L", "HIR ops", "ours ms", "jax ms", "ratio", "ours µs/op", "jax µs/op",
+        ["program", "HIR ops", "ours ms", "jax ms", "ratio", "ours µs/op", "jax µs/op",
          "ours peak KiB/op", "jax peak KiB/op"],
         [
-            [r["layers"], r["hir_ops"], f"{r['ours_s'] * 1e3:.0f}", f"{r['jax_s'] * 1e3:.0f}",
+            [r["program"], r["hir_ops"], f"{r['ours_s'] * 1e3:.0f}", f"{r['jax_s'] * 1e3:.0f}",
              f"{r['ratio']:.2f}x", f"{r['ours_us_per_op']:.0f}", f"{r['jax_us_per_op']:.0f}",
              f"{r['ours_peak_kib_per_op']:.1f}", f"{r['jax_peak_kib_per_op']:.1f}"]
             for r in rows
         ],
     )  # fmt: skip
-    print(f"\nLinearity, decoder {SMALL}, median of {repeats}")
+    print(f"\nLinearity, decoder {SMALL} and the exp chain, median of {repeats}")
     print(table)
-    print(f"our µs/op at {rows[1]['hir_ops']} ops / at {rows[0]['hir_ops']} ops: {growth:.2f}")
+    for name, figure in growth.items():
+        print(f"{name}: our µs/op at about {args.ops} ops / at about 800 ops: {figure:.2f}")
     path = write_results(
         args.out,
         "compile_linearity",
@@ -189,11 +209,7 @@ def main() -> None:
         specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in program.arguments()]
         error = check_same_result(program)
         ops = hir_ops(parse_program(program))
-        ours, peer = interleaved_medians(
-            lambda p=program: ours_to_text(p),
-            lambda p=program, s=specs: jax_to_text(p, s),
-            repeats,
-        )
+        ours, peer = both_to_text(program, specs, repeats)
         stages = stage_times(program, repeats)
         rows.append(
             {

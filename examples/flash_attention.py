@@ -4,9 +4,10 @@
 
 Each CTA of `CTAS` owns a block of query rows (`SEQ_Q @ CTAS.q`). The loop walks the keys and
 values one tile at a time: `k[j]` / `v[j]` read tile j (DESIGN §4.14) of the replicated K and V,
-which each CTA stages into its shared memory (`reshard(..., storage="smem")`); the scores of its
-query block against the tile update the running row maximum `m`, the running softmax denominator
-`l` and the unnormalised output `acc` (rescaled by `exp(m - m_new)` whenever the maximum grows).
+which each CTA stages into its shared memory (`reshard(..., layout=TILE, storage="smem")`: a
+storage change names its layout, hir Reshard); the scores of its query block against the tile
+update the running row maximum `m`, the running softmax denominator `l` and the unnormalised
+output `acc` (rescaled by `exp(m - m_new)` whenever the maximum grows).
 The carries are split like the queries, so every CTA works on its own rows and nothing is
 communicated. After the loop `acc / l` is `softmax(q k^T / sqrt(d)) v` for the CTA's rows.
 """
@@ -15,7 +16,7 @@ import math
 
 from tilefoundry import Tensor, func, tile
 from tilefoundry.dsl import tf
-from tilefoundry.ir.types.shard import make_mesh
+from tilefoundry.ir.types.shard import Layout, make_mesh
 
 CTAS = make_mesh((2,), ("q",), topology="cta")
 SEQ_Q, SEQ_K, HEAD, TILE_K = 32, 64, 16, 16
@@ -27,6 +28,8 @@ LOWEST = -1e30  # below every score: exp(LOWEST - m) is exactly 0
 BY_ROWS_HEAD = (SEQ_Q @ CTAS.q, HEAD)
 BY_ROWS_TILE = (SEQ_Q @ CTAS.q, TILE_K)
 BY_ROWS_ONE = (SEQ_Q @ CTAS.q, 1)
+# One key/value tile, replicated: every CTA stages the whole tile.
+TILE = Layout((TILE_K, HEAD))
 
 
 @func
@@ -41,8 +44,8 @@ def flash_attention(
     l = rows
     acc = tf.reshard(tf.zeros((SEQ_Q, HEAD), "f32"), layout=BY_ROWS_HEAD, storage="rmem")
     for j in tile(SEQ_K, TILE_K):
-        k_tile = tf.reshard(k[j], storage="smem")
-        v_tile = tf.reshard(v[j], storage="smem")
+        k_tile = tf.reshard(k[j], layout=TILE, storage="smem")
+        v_tile = tf.reshard(v[j], layout=TILE, storage="smem")
         scores = q_block @ tf.transpose(k_tile, (1, 0))
         scores = tf.reshard(scores, layout=BY_ROWS_TILE, storage="rmem")
         m_new = tf.maximum(m, tf.reduce(scores, axes=(1,), keepdim=True, kind="max"))

@@ -25,6 +25,7 @@ from tilefoundry.ir.core.graph import iter_nodes
 from tilefoundry.ir.hir import GridRegionExpr
 from tilefoundry.ir.hir.sharding.reshard import Reshard
 from tilefoundry.ir.text import format_ir
+from tilefoundry.ir.types.shard import Layout
 from tilefoundry.passes import compile as compile_pipeline
 from tilefoundry.passes import verify
 from tilefoundry.sharding.shard_reading import pending_partials
@@ -159,14 +160,15 @@ def test_a_loop_gradient_compiles_and_runs_on_xla():
 
 def test_a_tile_loop_accumulating_in_registers_differentiates():
     """The transpose of a storage move is the move back: the register accumulator's cotangent
-    reaches the gmem tile product as a gmem value."""
+    reaches the gmem tile product as a gmem value (a storage change names its layout, hir
+    Reshard stride resolution)."""
 
     @func
     def tiled(a: Tensor[(4, 32), "f64"], b: Tensor[(32, 8), "f64"]):
         acc = tf.zeros((4, 8), "f64", storage="rmem")
         for k in tile(32, 8):
-            acc = acc + tf.reshard(a[:, k] @ b[k], storage="rmem")
-        out = tf.reshard(acc, storage="gmem")
+            acc = acc + tf.reshard(a[:, k] @ b[k], layout=Layout((4, 8)), storage="rmem")
+        out = tf.reshard(acc, layout=Layout((4, 8)), storage="gmem")
         return tf.reduce(tf.tanh(out), axes=(0, 1), keepdim=False, kind="sum")
 
     a, b = RNG.standard_normal((4, 32)), RNG.standard_normal((32, 8))

@@ -143,6 +143,9 @@ def test_a_mesh_only_the_body_uses_sets_the_device_count(cli, write_program):
     done = cli("run", path, "--backend", "xla")
     assert done.returncode == 0, done.stderr
     assert "xla on 4 devices" in done.stdout and "agrees" in done.stdout
+    done = cli("run", path, "--backend", "xla", "--devices", "4")
+    assert done.returncode == 0, done.stderr
+    assert "xla on 4 devices" in done.stdout and "agrees" in done.stdout
     done = cli("run", path, "--devices", "2")
     assert done.returncode == 1
     assert "its mesh has 4 devices; --devices 2 does not match" in done.stderr

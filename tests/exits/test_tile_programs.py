@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tilefoundry.errors import VerifyError
 from tilefoundry.evaluator import evaluate
 from tilefoundry.exits.runtimes.xla import run_xla
 from tilefoundry.exits.stablehlo import emit_stablehlo
@@ -155,20 +156,57 @@ def test_an_unprovable_window_is_clamped_alike_on_the_simulator_and_xla():
 
 
 def test_staging_a_plain_value_is_a_copy_and_a_no_op_at_xla():
-    """hir Reshard: omitting layout preserves x.layout; `reshard(x, storage="rmem")` of a plain
-    value changes only the storage (DESIGN §4.14): the simulator copies, StableHLO emits nothing."""
+    """hir Reshard stride resolution: `reshard(x, layout=Layout(shape), storage="smem")` of a
+    plain value is the sugar (DESIGN §4.15), high -> low: C-order over the shape with size-1 -> 0.
+    The simulator copies, StableHLO emits nothing (a row-major layout is no physical change)."""
     from tilefoundry import Tensor, func
     from tilefoundry.dsl import tf
+    from tilefoundry.ir.types.shard import Layout
 
     @func
-    def staged(x: Tensor[(4, 4), "f32"]):
-        return tf.reshard(x, storage="smem")
+    def staged(x: Tensor[(4, 1, 4), "f32"]):
+        return tf.reshard(x, layout=Layout((4, 1, 4)), storage="smem")
 
-    x = _normal(4, 4)
+    x = _normal(4, 1, 4)
     got = evaluate(staged, x)
     np.testing.assert_array_equal(got, x)
     assert got is not x
-    assert staged.return_type.storage.name == "SMEM" and staged.return_type.layout is None
+    assert staged.return_type.storage.name == "SMEM"
+    assert staged.return_type.layout == Layout((4, 1, 4), (4, 0, 1))
     text = emit_stablehlo(staged)
     assert "return %arg0" in text
     np.testing.assert_array_equal(np.asarray(run_xla(staged, x)), x)
+
+
+def test_staging_without_a_layout_is_refused_naming_the_sugar():
+    """hir Reshard stride resolution: "layout=None, storage changed -> error; a storage change
+    MUST carry an explicit layout=" (DESIGN §4.15: for a plain value too), located."""
+    from tilefoundry import Tensor, func
+    from tilefoundry.dsl import tf
+
+    with pytest.raises(VerifyError, match=r'layout=Layout\(\(4, 4\)\), storage="smem"\)') as err:
+
+        @func
+        def staged(x: Tensor[(4, 4), "f32"]):
+            return tf.reshard(x, storage="smem")
+
+    assert "test_tile_programs.py" in str(err.value)
+
+
+def test_a_dsl_reshard_to_another_shape_is_refused_located_naming_both_shapes():
+    """Shard §7.4 (DESIGN §4.17): the random-program case that found it, (8, 16) resharded to
+    the same 128 elements laid out as (16, 8), written in the DSL: refused at its source line."""
+    from tilefoundry import Tensor, func
+    from tilefoundry.dsl import tf
+    from tilefoundry.ir.types.shard import make_mesh
+
+    mesh = make_mesh((2, 4), ("x", "y"))
+    # (16 @ x, 8) is laid out as positions (2, 8, 8): x's 8 rows cannot be its first 16
+    both = r"the target layout's shape \(2, 8, 8\) does not factor x's logical shape \(8, 16\)"
+    with pytest.raises(VerifyError, match=both) as caught:
+
+        @func
+        def other_shape(x: Tensor[(8, 16), "f32"]):
+            return tf.reshard(x, layout=(16 @ mesh.x, 8), storage="gmem")
+
+    assert f"{__file__}:" in str(caught.value)

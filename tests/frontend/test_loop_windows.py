@@ -15,6 +15,7 @@ from tilefoundry.dsl import tf
 from tilefoundry.evaluator import evaluate
 from tilefoundry.ir.core import Call
 from tilefoundry.ir.core.graph import iter_nodes
+from tilefoundry.ir.types.shard import Layout
 
 RNG = np.random.default_rng(17)
 M, K = 4, 16
@@ -35,13 +36,14 @@ def _data(*shape):
 def test_the_seed_minimal_example_sums_the_tiles():
     """hir §1.2 minimal example: `acc = zeros((M,), f32, storage="rmem")`, then
     `for i in tile(K, step=BLOCK): acc = acc + load_tile(x, i)` — the sum of the tiles.
-    `load_tile(x, i)` is written as the window read `x[i]` staged into rmem."""
+    `load_tile(x, i)` is written as the window read `x[i]` staged into rmem (a storage change
+    names its layout, hir Reshard stride resolution)."""
 
     @func
     def seed_loop(x: Tensor[(K,), "f32"]):
         acc = tf.zeros((M,), "f32", storage="rmem")
         for i in tile(K, step=M):
-            acc = acc + tf.reshard(x[i], storage="rmem")
+            acc = acc + tf.reshard(x[i], layout=Layout((M,)), storage="rmem")
         return acc
 
     x = _data(K)

@@ -46,5 +46,5 @@ def anchor_storage(
     raise VerifyError(
         f"{op_name}: operands live in different storages ({found}) and the op defines no mixed-"
         "storage resolution (semantic-analysis §3.3: no operand-order tie-break); insert "
-        "reshard(x, storage=...) so the operands agree"
+        "reshard(x, layout=..., storage=...) so the operands agree"
     )

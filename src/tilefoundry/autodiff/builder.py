@@ -22,7 +22,7 @@ from tilefoundry.ir.core import Constant, Expr, Metadata, source_span
 from tilefoundry.ir.types import StorageKind, TensorType
 from tilefoundry.ir.types.shard import B, Layout, Partial, ShardLayout
 from tilefoundry.rules import surface_entry
-from tilefoundry.sharding.shard_reading import pending_partials
+from tilefoundry.sharding.shard_reading import canonical_splits, pending_partials
 
 
 class _Ops:
@@ -89,8 +89,8 @@ class Builder:
         Each leading axis (a batch, typically) is summed as a contraction with ones, like a
         matmul weight's gradient, so a split batch leaves a pending sum that the transform
         completes where the cotangent is read, rather than an all-reduce here. One axis at a
-        time: merging it with the axes after it keeps any Split the outermost factor of its
-        axis (the canonical layout every exit reads)."""
+        time: merging a split leading axis with the axes after it keeps its Split the outermost
+        factor (the canonical layout every exit reads); an unsplit one is reduced in place."""
         tf = self.tf
         shape = tuple(shape)
         have = tuple(cotangent.type.shape)
@@ -99,6 +99,11 @@ class Builder:
         lead = len(have) - len(shape)
         for _ in range(lead):
             extent, rest = cotangent.type.shape[0], tuple(cotangent.type.shape[1:])
+            if 0 not in canonical_splits(cotangent.type, "sum_to", "reverse mode"):
+                # an unsplit leading axis sums locally; merging it over a later split axis
+                # would split an inner factor, which a device mesh refuses (hir/tensor/reshape)
+                cotangent = tf.reduce(cotangent, axes=(0,), keepdim=False, kind="sum")
+                continue
             rows = tf.reshape(cotangent, (extent, math.prod(rest)))
             ones = tf.broadcast_to(self.scalar(1.0, cotangent), (extent,))
             cotangent = tf.reshape(tf.matmul(ones, rows), rest)

@@ -33,7 +33,8 @@ from tilefoundry.autodiff.builder import Builder
 from tilefoundry.errors import InternalCompilerError, UnsupportedError, VerifyError
 from tilefoundry.ir.core import Expr
 from tilefoundry.ir.types import StorageKind, TensorType
-from tilefoundry.ir.types.shard import B, Mesh, Partial, ShardLayout, Split
+from tilefoundry.ir.types.shard import B, Layout, Mesh, Partial, ShardLayout, Split
+from tilefoundry.ir.types.shard.mesh import c_order_strides
 from tilefoundry.ir.types.shard.shard_layout import canonical_shard_layout
 from tilefoundry.sharding.shard_reading import axis_splits, pending_partials
 
@@ -90,11 +91,20 @@ def _moved(value: Expr, states: States, fallback: ShardLayout | None, storage, a
     return ad.reshard(value, target, storage)
 
 
+def _staged(value: Expr, storage: StorageKind, ad: Builder) -> Expr:
+    """`value` moved to `storage`, keeping its layout. hir Reshard: a storage change names its
+    layout; a plain value's is its C-order one, written out (a umat constant has no storage
+    direction for the sugar to read), which types as the plain value again."""
+    shape = tuple(value.type.shape)
+    layout = value.type.layout or Layout(shape, c_order_strides(shape))
+    return ad.tf.reshard(value, layout=layout, storage=storage)
+
+
 def settled(cotangent: Expr, primal: TensorType, ad: Builder) -> Expr:
     """`cotangent` as a rule may read it (see the module doc), staged in its primal's storage
     (a carry's cotangent in registers reaching the gmem product the carry accumulates)."""
     if cotangent.type.storage != _storage(primal):
-        cotangent = ad.tf.reshard(cotangent, layout=cotangent.type.layout, storage=_storage(primal))
+        cotangent = _staged(cotangent, _storage(primal), ad)
     layout = cotangent.type.layout
     if not isinstance(layout, ShardLayout):
         return cotangent
@@ -202,7 +212,7 @@ def conformed(value: Expr, want: TensorType, ad: Builder) -> Expr:
     elif isinstance(value.type.layout, ShardLayout):
         value = ad.tf.reshape(ad.replicated(value), tuple(want.shape))
     if value.type.storage != want.storage:
-        value = ad.tf.reshard(value, layout=value.type.layout, storage=want.storage)
+        value = _staged(value, want.storage, ad)
     if value.type != want:
         raise InternalCompilerError(
             f"reverse mode: a value of type {value.type} cannot be given the type {want}"

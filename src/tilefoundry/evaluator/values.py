@@ -198,7 +198,10 @@ def scatter(
     """The per-device shards of the global `array` under `type_`'s ShardLayout.
 
     Partial mesh axes split each block into addends (`partial_addends`, seeded per mesh axis so
-    two Partial axes stay independent); each Partial axis splits the previous axis's addend.
+    two Partial axes stay independent), innermost mesh axis first, each Partial axis splitting
+    the addend of the one after it: `complete` reduces mesh axis 0 first, so a value pending two
+    reductions that do not commute (max on x, sum on y) reads back as it was placed, as the
+    validator's `place` splits it.
     `split_partials=False` places `array` as it is on every device of a Partial axis (a Reshard
     carrying one addend to its new layout).
     """
@@ -212,7 +215,7 @@ def scatter(
     shards = {}
     for coord in devices(mesh, where):
         value = np.asarray(array[block_of(type_, array.shape, coord, where)])
-        for mesh_axis, reduction in partial:
+        for mesh_axis, reduction in reversed(partial):
             addends = partial_addends(value, mesh.shape[mesh_axis], reduction, seed + mesh_axis)
             value = addends[coord[mesh_axis]]
         shards[coord] = np.array(value, copy=True)

@@ -13,14 +13,16 @@ from typing import Any
 
 from tilefoundry.caches import Memo
 from tilefoundry.errors import VerifyError
-from tilefoundry.ir.types import DType, StorageKind, TensorType, is_shape_dim
+from tilefoundry.ir.types import DType, StorageKind, TensorType, is_shape_dim, normalize_dim
 from tilefoundry.ir.types.shard import LayoutBase
+from tilefoundry.ir.types.shard.int_tuple import product
 from tilefoundry.ir.types.shard.sugar import (
     AbstractSet,
     SplitSugar,
     layout_from_sugar,
     materialize_strides,
 )
+from tilefoundry.sharding.shard_regroup import logical_groups
 
 
 def _freeze(value: Any) -> Any:
@@ -144,10 +146,21 @@ def _layout_slot(value: Any, shape: tuple) -> LayoutBase:
     if isinstance(value, LayoutBase):
         return value
     if isinstance(value, tuple):
+        # shard §7.1.1: rank(G) MAY differ from rank(T.shape); only size(G) == size(T.shape)
+        # must hold (the §7.5 example spells (2, 12, 128) for a (2, 1536) tensor).
         written, layout = layout_from_sugar(value)
-        if written != shape:
+        if normalize_dim(product(written)) != normalize_dim(product(shape)):
             raise VerifyError(
-                f"the layout slot spells logical shape {written}, but the shape slot is {shape}"
+                f"the layout slot spells logical shape {written} of size {product(written)}, "
+                f"but the shape slot {shape} has size {product(shape)}; a layout covers the "
+                "tensor's elements exactly (shard §7.1.1: size(G) == size(T.shape))"
+            )
+        if None in logical_groups(tuple(shape), tuple(written)):
+            raise VerifyError(
+                f"the layout slot spells logical shape {written}, which does not factor the "
+                f"shape slot {shape} axis by axis, so no op could read its splits (canonical "
+                "regroup, semantic-analysis §3.1); write each axis of the shape as consecutive "
+                "extents whose product is that axis"
             )
         return layout
     raise VerifyError(f"the layout slot must be a Layout, ShardLayout or sugar, got {value!r}")

@@ -18,7 +18,7 @@ from tilefoundry.analysis import TypeInferContext
 from tilefoundry.errors import VerifyError
 from tilefoundry.ir.core import Call, Constant, Expr, Metadata, Tuple
 from tilefoundry.ir.types import DType, StorageKind, TensorType, f32
-from tilefoundry.ir.types.shard import ShardLayout
+from tilefoundry.ir.types.shard import LayoutBase, ShardLayout
 from tilefoundry.ir.types.shard.sugar import layout_from_sugar
 from tilefoundry.rules import SurfaceEntry
 
@@ -58,12 +58,13 @@ def constant(value: Any, float_dtype: DType, metadata: tuple[Metadata, ...] = ()
 
 def _attribute_value(param: Any, value: Any) -> Any:
     """Attribute sugar driven by the ParamDef annotation: layout sugar, dtype names."""
-    if param.annotation is ShardLayout and isinstance(value, tuple):
+    if param.annotation is LayoutBase and isinstance(value, tuple):
         _, layout = layout_from_sugar(value)
         if not isinstance(layout, ShardLayout):
             raise VerifyError(
                 f"attribute '{param.name}': {value!r} names no mesh axis; write N @ m.a for a "
-                'split or {m.a @ P("sum")} for a value state'
+                'split or {m.a @ P("sum")} for a value state, or Layout(shape) for a value on '
+                "no mesh"
             )
         return layout
     if param.annotation is DType and isinstance(value, str):

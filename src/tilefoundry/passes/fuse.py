@@ -4,7 +4,8 @@ Planning walks each function's top-level block in reverse block order, so every 
 visited before its producers. An op that no region holds yet seeds a region, which then grows
 toward its producers: each member's operands are offered, left to right, to `is_fusible_edge`
 (legality) and then `should_fuse` (profitability), repeating until nothing joins (a producer
-refused because one of its users was not yet a member is offered again once it is). A region
+refused because one of its users was not yet a member is offered again once it is); each edge
+is decided once, so planning is linear in the size of a region (`_RegionGrowth`). A region
 of one op saves nothing and is not formed. A loop body is a block of its own (DESIGN §6: the
 body's boundary is a barrier): its per-iteration ops fuse among themselves by the same rules,
 never with ops outside the loop, and a carry's yield is used by the loop so it stays a region
@@ -18,6 +19,7 @@ what the unfused one does.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,27 +134,82 @@ def _plan_block(block: list[Expr], use, returned: Expr) -> list[list[Call]]:
     for seed in reversed(block):
         if seed in taken or fusion_kind(seed) == FusionKind.BARRIER:
             continue
-        members, member_set = [seed], {seed}
-        has_root = fusion_kind(seed) in ROOT_KINDS
-        grew = True
-        while grew:
-            grew = False
-            for member in list(members):
-                for producer in member.args:
-                    if producer in taken or not is_fusible_edge(
-                        producer, member, member_set, use, block_set, returned, has_root
-                    ):
-                        continue
-                    if should_fuse(producer, member_set, use):
-                        members.append(producer)
-                        member_set.add(producer)
-                        has_root = has_root or fusion_kind(producer) in ROOT_KINDS
-                        grew = True
-        if len(members) > 1:
+        member_set = _RegionGrowth(seed, use, block_set, returned, taken).grow()
+        if len(member_set) > 1:
             taken |= member_set
             # members in block order, without scanning the block once per region (quadratic)
             regions.append(sorted(member_set, key=position.__getitem__))
     return regions
+
+
+class _RegionGrowth:
+    """One region grown from its seed, deciding each producer->member edge once.
+
+    The rule (module docstring) offers every member's operands, left to right, in rounds over
+    the members until a round adds nothing; run literally it re-offers every edge of a region in
+    every round, which is quadratic in a chain. Only one refusal can turn into an acceptance
+    later: "a user of the producer is not a member yet", and that flips once, when the last user
+    joins. Every other refusal is final (a root, once present, stays; a producer's readers in
+    the region only grow, so a transpose that is not view-like never becomes so; the cost guard
+    reads only the producer and its users). So an edge is offered once, at the first place in
+    the rounds' order where all its producer's users are members, and a heap of (round, member
+    index, operand index) replays that order: the same edges are accepted in the same order, so
+    the region is exactly the one the rounds form.
+    """
+
+    def __init__(self, seed: Expr, use, block, returned: Expr, taken: set[Expr]) -> None:
+        self.use, self.block, self.returned, self.taken = use, block, returned, taken
+        self.members: list[Expr] = []
+        self.index: dict[Expr, int] = {}
+        self.has_root = False
+        self.waiting: dict[Expr, int] = {}  # producer -> how many of its users are not members
+        self.queue: list[tuple[int, int, int]] = []
+        self.round, self.round_size = -1, 0  # the round being replayed, how many members it visits
+        self._join(seed, (-1, 0, 0))
+
+    def grow(self) -> set[Expr]:
+        while self.queue:
+            key = heapq.heappop(self.queue)
+            round_, index, slot = key
+            if round_ != self.round:
+                self.round, self.round_size = round_, len(self.members)
+            member = self.members[index]
+            producer = member.args[slot]
+            if producer in self.index:
+                continue
+            if is_fusible_edge(
+                producer, member, self.index, self.use, self.block, self.returned, self.has_root
+            ) and should_fuse(producer, self.index, self.use):
+                self._join(producer, key)
+        return set(self.index)
+
+    def _join(self, member: Expr, key: tuple[int, int, int]) -> None:
+        """Add `member` (accepted at `key`) and offer the edges whose last waited-for user it is."""
+        self.index[member] = len(self.members)
+        self.members.append(member)
+        self.has_root = self.has_root or fusion_kind(member) in ROOT_KINDS
+        for producer in dict.fromkeys(member.args):
+            if producer in self.taken:
+                continue
+            left = self.waiting.get(producer)
+            if left is None:
+                left = len(set(self.use.get(producer, ())))
+            self.waiting[producer] = left - 1
+            if left == 1:
+                self._offer(producer, key)
+
+    def _offer(self, producer: Expr, key: tuple[int, int, int]) -> None:
+        """Queue every member->`producer` edge where the rounds would next reach it after `key`:
+        later in the current round if its member is visited there and comes after `key`, in the
+        next round otherwise (a member that joined this round is first visited in the next)."""
+        round_, at_index, at_slot = key
+        for user in dict.fromkeys(self.use[producer]):
+            index = self.index[user]
+            this_round = round_ == self.round and index < self.round_size
+            for slot, operand in enumerate(user.args):
+                if operand is producer:
+                    later = this_round and (index, slot) > (at_index, at_slot)
+                    heapq.heappush(self.queue, (round_ if later else round_ + 1, index, slot))
 
 
 class _Fuser(Rebuilder):

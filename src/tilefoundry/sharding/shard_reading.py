@@ -19,8 +19,11 @@ from tilefoundry.errors import UnsupportedError
 from tilefoundry.ir.types import TensorType, Type
 from tilefoundry.ir.types.shard import Layout, ShardLayout, Split
 from tilefoundry.ir.types.shard.int_tuple import flatten
+from tilefoundry.ir.types.shard.mesh import is_device_mesh
 from tilefoundry.sharding.shard_propagate import partial_reductions_by_axis
 from tilefoundry.sharding.shard_regroup import logical_groups
+
+EXIT = "the SPMD exit"
 
 Splits = dict[int, tuple[int, ...]]
 """Logical axis -> the mesh axes splitting it, outermost block first."""
@@ -104,6 +107,22 @@ def axis_splits(
     return result
 
 
+def strided_split_on_devices(type_: Type) -> tuple[int, AxisSplit] | None:
+    """The first logical axis that a device mesh splits on an inner factor, with its reading, or
+    None: a strided share per device, which the simulation holds and the SPMD exit cannot (its
+    blocks and Shardy's shardings are contiguous), so an op that would create one on a device
+    mesh refuses it when the program is checked (DESIGN §1)."""
+    layout = getattr(type_, "layout", None)
+    if not isinstance(layout, ShardLayout) or not is_device_mesh(layout.mesh):
+        return None
+    if not isinstance(layout.layout, Layout):
+        return None  # a composition has no block reading at all; the exits refuse it as such
+    for logical_axis, split in axis_splits(type_, "the value", EXIT, inner_factors=True).items():
+        if not split.canonical:
+            return logical_axis, split
+    return None
+
+
 def _non_canonical(
     where: str, engine: str, type_: TensorType, mesh_axis: int, what: str
 ) -> UnsupportedError:
@@ -112,7 +131,8 @@ def _non_canonical(
         f"{where}: {layout.mesh.axes[mesh_axis].label} splits {what} ({layout.layout} over "
         f"logical shape {list(type_.shape)}), so a device's share is not one contiguous block; "
         f"{engine} reads only canonical layouts (each Split the outermost factor of its logical "
-        "axis): reshard to the canonical layout first"
+        "axis): reshard to the canonical layout first (a parameter: declare it with the "
+        "canonical layout, N @ m.a per logical axis)"
     )
 
 

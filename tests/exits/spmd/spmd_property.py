@@ -10,8 +10,9 @@ the SPMD exit on XLA devices, and the two results must agree (DESIGN §4.12: the
 what the simulation computes).
 
 Two boundary facts shape the programs, and every case they exclude is counted, never dropped:
-- a parameter cannot be Partial (the exit refuses it: a caller has no addends to pass), so a
-  Partial(sum) operand is made in the program by a producer, a MatMul whose contraction axis is
+- a Partial parameter's addends are the exit's own split of the value the caller passes (the
+  value on coordinate 0, zeros elsewhere), so, to read uneven addends, a Partial(sum) operand
+  is made in the program by a producer, a MatMul whose contraction axis is
   Split over exactly those mesh axes (its other Splits carried): the op then reads true addends;
 - no op makes a pending max or min from complete values, so Partial(max|min) operands have no
   producer and those combinations are skipped with that reason.
@@ -61,8 +62,8 @@ TRIES_PER_CASE = 6
 BATCH = 64
 """Combinations per emitted program."""
 NO_EXTREMUM_PRODUCER = (
-    "a Partial(max|min) operand: no op makes a pending max/min from complete values, and the "
-    "exit refuses a Partial parameter"
+    "a Partial(max|min) operand: no op makes a pending max/min from complete values, and a "
+    "Partial parameter's addends at the exit are the value itself on every device (not uneven)"
 )
 
 

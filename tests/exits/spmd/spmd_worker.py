@@ -17,6 +17,15 @@ def run_program(name: str, arrays: tuple, devices: int, compiled: bool = False):
     return run_xla(fn, *arrays, devices=devices)
 
 
+def run_named(module: str, name: str, arrays: tuple, devices: int):
+    """Run the Function `name` of test module `module` (importable from tests/) on XLA devices."""
+    import importlib
+
+    from tilefoundry.exits.runtimes.xla import run_xla
+
+    return run_xla(getattr(importlib.import_module(module), name), *arrays, devices=devices)
+
+
 def run_error(name: str, arrays: tuple, devices: int) -> str:
     """The message run_xla fails with (an exception object may not survive pickling)."""
     try:
@@ -44,3 +53,19 @@ def device_count() -> int:
     import jax
 
     return len(jax.devices("cpu"))
+
+
+def run_random(seeds: list[int]) -> dict[int, object]:
+    """Each random sharded program (`random_sharded.valid`) run by run_xla on 8 devices: its
+    result, or the error it failed with as text (an exception may not survive pickling)."""
+    from exits.spmd.random_sharded import DEVICES, valid
+    from tilefoundry.exits.runtimes.xla import run_xla
+
+    outcomes: dict[int, object] = {}
+    for seed in seeds:
+        program = valid(seed)
+        try:
+            outcomes[seed] = run_xla(program.fn, *program.arguments, devices=DEVICES)
+        except Exception as err:  # the test reports the type name and message
+            outcomes[seed] = f"{type(err).__name__}: {err}"
+    return outcomes

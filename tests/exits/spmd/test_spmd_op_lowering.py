@@ -18,12 +18,13 @@ import pytest
 from exits.spmd import op_programs
 from exits.spmd.op_programs import PROGRAMS, TP
 from tilefoundry.dsl import tf
-from tilefoundry.errors import UnsupportedError
+from tilefoundry.errors import UnsupportedError, VerifyError
 from tilefoundry.evaluator import evaluate
 from tilefoundry.exits.stablehlo.spmd import collective_report, emit_spmd
 from tilefoundry.frontend import Tensor, func
 from tilefoundry.ir.core import Call
 from tilefoundry.ir.hir.tensor import Reshape
+from tilefoundry.ir.types.shard import Layout, S, ShardLayout
 from tilefoundry.sharding.shard_reading import canonical_splits
 
 pytest.importorskip("jax", reason="the SPMD exit tests need jax[lib]")
@@ -97,16 +98,35 @@ def test_the_vocab_parallel_lookup_is_masked_by_the_device_block():
 
 
 @func
-def inner_factor_flatten(x: Tensor[(4, 8 @ TP.tp), "f32"]):
-    return tf.relu(tf.reshape(x, (32,)))
+def inner_factor_parameter(x: Tensor[(32,), "f32", ShardLayout(Layout((4, 4, 2)), (S(1),), TP)]):
+    return tf.relu(x)
 
 
-def test_an_exit_refusal_carries_the_source_location_of_the_refused_op():
-    """DESIGN §1: an exit refuses "up front ..., naming the op and its source location"."""
-    with pytest.raises(UnsupportedError, match=r"^Reshape: .*inner factor") as info:
-        emit_spmd(inner_factor_flatten)
-    source = Path(__file__).read_text().splitlines()
-    line = 1 + source.index("    return tf.relu(tf.reshape(x, (32,)))")
+def _line_of(text: str) -> int:
+    return 1 + Path(__file__).read_text().splitlines().index(text)
+
+
+def test_an_exit_refusal_carries_the_source_location_of_the_refused_parameter():
+    """DESIGN §1: an exit refuses "up front ..., naming the op and its source location". A Split
+    on an inner factor (a strided share per device) only a signature can still carry."""
+    with pytest.raises(UnsupportedError, match=r"^parameter 'x': .*inner factor") as info:
+        emit_spmd(inner_factor_parameter)
+    line = _line_of(
+        'def inner_factor_parameter(x: Tensor[(32,), "f32", ShardLayout(Layout(('
+        "4, 4, 2)), (S(1),), TP)]):"
+    )
     assert info.value.location is not None
     assert (info.value.location.file, info.value.location.line) == (__file__, line)
+
+
+def test_a_reshape_that_would_split_an_inner_factor_is_refused_when_checked():
+    """Issue 28: what check accepts on a device mesh runs there, so the merge that folds an
+    unsplit axis over a split one is refused by typeinfer, at its source line, not mid-lowering."""
+    with pytest.raises(VerifyError, match=r"^Reshape: .*inner factor.*Broadcast on") as info:
+
+        @func
+        def inner_factor_flatten(x: Tensor[(4, 8 @ TP.tp), "f32"]):
+            return tf.relu(tf.reshape(x, (32,)))
+
+    line = _line_of("            return tf.relu(tf.reshape(x, (32,)))")
     assert f"at {__file__}:{line}:" in str(info.value)

@@ -12,9 +12,11 @@ arguments take jit's C++ argument path. A later call with ndarrays of the same s
 is one cache look-up and that jit call: the checks it would repeat depend on nothing else, except
 `TILEFOUNDRY_MEMORY_LIMIT`, whose change re-admits the call.
 
-`run_xla(fn, *arrays, devices=N)` is the SPMD path (`tilefoundry.exits.stablehlo.spmd`): the
-function's device mesh must have N devices; each global argument is placed on the devices by its
-parameter's ShardLayout, the module runs partitioned on N XLA devices, and the results come back
+`run_xla(fn, *arrays, devices=N)` is the SPMD path (`tilefoundry.exits.stablehlo.spmd`), and so
+is `run_xla(fn, *arrays)` of a program on a device mesh, which runs on that mesh's device count
+(`ir.hir.facts.device_count`, read from the whole body as the exits read it). The function's
+device mesh must have N devices; each global argument is placed on the devices by its parameter's
+ShardLayout, the module runs partitioned on N XLA devices, and the results come back
 gathered to global arrays. XLA must have been started with N devices (on CPU:
 `XLA_FLAGS=--xla_force_host_platform_device_count=N` before jax first initialises a backend).
 
@@ -33,6 +35,7 @@ import numpy as np
 from tilefoundry.caches import LRU
 from tilefoundry.errors import EvalError, UnsupportedError
 from tilefoundry.ir.hir import Function
+from tilefoundry.ir.hir.facts import device_count
 from tilefoundry.ir.hir.footprint import check_memory, memory_setting
 from tilefoundry.ir.hir.signature import check_arguments
 from tilefoundry.ir.hir.walk import call_depth
@@ -108,12 +111,12 @@ def _cache_key(fn: Any, arrays: tuple[Any, ...], devices: Any) -> tuple:
     """Function, device count and each argument's (shape, dtype, type). Only checked arguments
     (ndarrays) are ever stored, so a hit means these exact arguments already passed every check
     and none is repeated; a key with another type (a list, a jax array) never hits."""
-    return (id(fn), 1 if devices is None else devices, *map(_SIGNATURE, arrays))
+    return (id(fn), devices, *map(_SIGNATURE, arrays))
 
 
 def run_xla(fn: Function, *arrays: Any, devices: int | None = None) -> Any:
     try:  # `_cache_key`, inlined: this path is the whole per-call cost on a small program
-        key = (id(fn), 1 if devices is None else devices, *map(_SIGNATURE, arrays))
+        key = (id(fn), devices, *map(_SIGNATURE, arrays))
         entry = _EXECUTABLES[key]  # `_EXECUTABLES.hit(key)`, inlined
         _EXECUTABLES.move_to_end(key)  # most recently used last (a KeyError if another
         # thread dropped it meanwhile: then it is admitted again)
@@ -163,7 +166,10 @@ def _compiled(
     returned as is, several regrouped by the return type."""
     type_ = fn.body.type if fn.body is not None else fn.return_type
     nested = isinstance(type_, TupleType)
-    if devices is not None and devices != 1:
+    needed = device_count(fn)
+    if devices is None:
+        devices = needed  # the mesh's own count (DESIGN §4.13); None: one device
+    if devices is not None and (devices != 1 or (needed or 1) != 1):
         from tilefoundry.exits.runtimes.xla_spmd import spmd_runner
 
         flat_run = spmd_runner(fn, devices, bindings, flat=nested)

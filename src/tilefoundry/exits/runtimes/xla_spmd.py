@@ -28,8 +28,8 @@ from tilefoundry.ir.types import TensorType
 
 
 def _check_device_count(count: int) -> None:
-    """Refuse, before the module is built, a device count this process cannot hold: building
-    and compiling a module for thousands of devices takes long only to fail inside XLA."""
+    """Refuse, before the module is compiled, a device count this process does not hold:
+    compiling a module for thousands of devices takes long only to fail inside XLA."""
     from jax.extend import backend
 
     from tilefoundry.exits.runtimes.distributed.placement import check_host_devices
@@ -96,10 +96,14 @@ def spmd_function(
     import jax
     from jax.sharding import Mesh, NamedSharding
 
+    from tilefoundry.exits.runtimes.distributed.placement import check_host_devices
+
     processes = jax.process_count()
+    if processes == 1 and jax.default_backend() == "cpu":
+        check_host_devices(devices, 1)  # the count alone, before any module is built (issue 20)
+    module = lower_spmd(fn, bindings=bindings or None)  # then the program's own refusals
     if processes == 1:
         _check_device_count(devices)
-    module = lower_spmd(fn, bindings=bindings or None)
     count = prod(module.mesh.shape)
     if count != devices:
         raise UnsupportedError(

@@ -17,6 +17,7 @@ import numpy as np
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.ir.types import DType, TensorType, TupleType, Type, is_static, resolve_dim
 from tilefoundry.ir.types.shard import Layout, ShardLayout
+from tilefoundry.ir.types.shard.int_tuple import flatten
 
 _ELEMENT_TYPES = {
     "bool": "i1",
@@ -139,24 +140,28 @@ def check_logical_layout(type_: TensorType, what: str) -> None:
             f"StableHLO exit: {what} is sharded ({layout.attrs}); the single-device exit takes "
             "unsharded programs (use the SPMD exit for meshes)"
         )
-    if isinstance(layout, Layout) and layout.stride is None:
+    if isinstance(layout, Layout) and (layout.stride is None or _is_row_major(layout)):
         return
-    shape = type_.shape
-    row_major = Layout(shape, _c_order(shape)) if all(is_static(d) for d in shape) else None
-    if row_major is None or layout != row_major:
-        raise UnsupportedError(
-            f"StableHLO exit: {what} has physical layout {layout}, which is not the logical "
-            "row-major order and cannot be expressed in StableHLO; insert a transpose or reshard "
-            "to the default layout before this exit"
-        )
+    raise UnsupportedError(
+        f"StableHLO exit: {what} has physical layout {layout}, which is not the logical "
+        "row-major order and cannot be expressed in StableHLO; insert a transpose or reshard "
+        "to the default layout before this exit"
+    )
 
 
-def _c_order(shape: tuple) -> tuple[int, ...]:
-    strides, running = [], 1
-    for extent in reversed(shape):
-        strides.append(running)
+def _is_row_major(layout: Layout) -> bool:
+    """C-order over the layout's positions, a nested mode being factors of its axis (the
+    canonical regroup, semantic-analysis §3.1). A size-1 position is never stepped, so its
+    stride addresses nothing (Reshard's per-instance form writes 0 there)."""
+    extents, strides = flatten(layout.shape), flatten(layout.stride)
+    if not all(is_static(d) for d in (*extents, *strides)):
+        return False
+    running = 1
+    for extent, stride in zip(reversed(extents), reversed(strides), strict=True):
+        if extent != 1 and stride != running:
+            return False
         running *= int(extent)
-    return tuple(reversed(strides))
+    return True
 
 
 def tensor_type(type_: TensorType, bindings: Mapping[Any, int] | None = None) -> str:

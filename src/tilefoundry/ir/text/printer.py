@@ -34,7 +34,7 @@ from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
 from tilefoundry.ir.hir.facts import LoopReads
 from tilefoundry.ir.text.type_text import MeshNames, format_shard_layout, format_type
 from tilefoundry.ir.types import DType, format_dim
-from tilefoundry.ir.types.shard import ShardLayout
+from tilefoundry.ir.types.shard import Layout, ShardLayout
 from tilefoundry.rules import surface_of
 
 INDENT = "  "
@@ -236,6 +236,8 @@ class _Printer:
             return value.name
         if isinstance(value, ShardLayout):
             return format_shard_layout(value, self.meshes)
+        if isinstance(value, Layout):  # a Reshard's plain target (hir Reshard sugar)
+            return f"#layout<{value}>"
         if isinstance(value, tuple):
             inner = ", ".join(self.format_attr(v) for v in value)
             return f"({inner},)" if len(value) == 1 else f"({inner})"

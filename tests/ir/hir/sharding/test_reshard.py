@@ -53,9 +53,11 @@ def reshard(layout=None, storage=None):
 
 
 # (2, 1536) over (x=2, y=4, t=32) written as (2 @ m.x, 12 @ m.y, 128 @ m.t): shard-layout §7.5
-# (with DESIGN §4.4's three attrs for the three mesh axes).
-M75 = make_mesh((2, 4, 32), ("x", "y", "t"))
+# (with DESIGN §4.4's three attrs for the three mesh axes). Its t split is an inner factor of
+# axis 1 (4 y, 3, 32 t, 4): the seed's warps hold that; a device mesh refuses it (below).
+M75 = make_mesh((2, 4, 32), ("x", "y", "t"), topology="warp")
 SUGAR75 = sl((2, 4, 3, 32, 4), None, (S(0), S(1), S(3)), M75)
+DEVICES75 = make_mesh((2, 4, 32), ("x", "y", "t"))
 
 ACCEPT = [
     # hir Reshard table: layout=None, storage unchanged -> x.type (no-op).
@@ -169,9 +171,62 @@ ACCEPT = [
         t((8,), layout=sl((4, 2), (2, 1), (S(0),), Z)),
     ),
     ("storage as a string", Reshard(layout=None, storage="gmem"), t((4,)), t((4,))),
-    # hir Reshard: "omitting layout preserves x.layout" -- a plain value staged into rmem
-    # (DESIGN §4.14 storage staging) keeps its (absent) layout and changes its storage.
-    ("plain value staged into rmem", reshard(storage="rmem"), t((4,)), t((4,), storage="rmem")),
+    # hir Reshard stride resolution, "layout=Layout(strides=None) (sugar)", also for a plain
+    # value (DESIGN §4.15): storage unchanged and x.layout None -> shared-engine C-order ...
+    # (C-order strides are a plain value's own, so the result is the plain type: DESIGN §4.2)
+    (
+        "Layout sugar, plain value, storage unchanged",
+        reshard(Layout((4, 8))),
+        t((4, 8)),
+        t((4, 8)),
+    ),
+    # ... low -> high -> C-order over layout.shape ...
+    (
+        "Layout sugar, plain value, rmem -> gmem",
+        reshard(Layout((4, 8)), "gmem"),
+        t((4, 8), "rmem"),
+        t((4, 8)),
+    ),
+    # ... high -> low -> C-order over the local shape (no Split: the shape) with size-1 -> 0.
+    (
+        "Layout sugar, plain value, gmem -> rmem",
+        reshard(Layout((1, 8)), "rmem"),
+        t((1, 8)),
+        t((1, 8), "rmem", Layout((1, 8), (0, 1))),
+    ),
+    (
+        "Layout sugar, plain value, gmem -> smem",
+        reshard(Layout((4, 8)), "smem"),
+        t((4, 8)),
+        t((4, 8), "smem"),
+    ),
+    # A plain source layout has no Split axes, so it is not per-instance: shared C-order.
+    (
+        "Layout sugar over a column-major source",
+        reshard(Layout((4, 8))),
+        t((4, 8), layout=Layout((4, 8), (1, 4))),
+        t((4, 8)),
+    ),
+    (
+        "Layout sugar factoring the axis in one mode",
+        reshard(Layout(((2, 4),)), "rmem"),
+        t((8,)),
+        t((8,), "rmem"),
+    ),
+    # "layout=Layout(strides=tuple) (verbose) -> dest strides are taken verbatim".
+    (
+        "plain verbose strides verbatim",
+        reshard(Layout((4, 8), (1, 4)), "rmem"),
+        t((4, 8)),
+        t((4, 8), "rmem", Layout((4, 8), (1, 4))),
+    ),
+    # shard §7.4: a target that factors each logical axis into consecutive positions
+    (
+        "factors each logical axis",
+        reshard(sl((1, 4, 2, 192), None, (B, S(1)), XY)),
+        t((1, 1536)),
+        t((1, 1536), layout=sl((1, 4, 2, 192), (1536, 384, 192, 1), (B, S(1)), XY)),
+    ),
 ]
 
 
@@ -189,13 +244,58 @@ def test_result_strides_are_always_materialised():
 
 
 REJECT = [
-    # hir Reshard table: layout=None with a storage change is an error (kept for sharded values,
-    # whose strides depend on the direction; a plain value is staged, DESIGN §4.14).
+    # hir Reshard stride resolution: "layout=None, storage changed -> error; a storage change
+    # MUST carry an explicit layout=" -- for a plain value too (DESIGN §4.15), naming the sugar.
     (
         "storage change of a sharded value without layout",
         reshard(storage="rmem"),
         sharded((8,), X, S(0)),
-        r"must carry an explicit",
+        r"must carry an explicit layout=.*layout=ShardLayout\(Layout\(\(4, 2\)\), \(S\(0\),\)",
+    ),
+    (
+        "storage change of a plain value without layout",
+        reshard(storage="rmem"),
+        t((4, 8)),
+        r"gmem -> rmem\) must carry an explicit layout=.*reshard\(x, layout=Layout\(\(4, 8\)\), "
+        r'storage="rmem"\)',
+    ),
+    (
+        "Layout sugar to host",
+        reshard(Layout((4,)), "host"),
+        t((4,)),
+        r"Reshard: cannot choose strides for gmem -> host",
+    ),
+    (
+        "plain Layout target of a sharded value",
+        reshard(Layout((8,)), "rmem"),
+        sharded((8,), X, S(0)),
+        r"x is sharded over .* names no mesh; give a ShardLayout target",
+    ),
+    # shard §7.4 (DESIGN §4.17): the same size grouped another way is another logical shape.
+    (
+        "ShardLayout of another shape, same size",
+        reshard(sl((2, 2, 16), None, (S(0), B), XY)),
+        t((8, 8)),
+        r"the target layout's shape \(2, 2, 16\) does not factor x's logical shape \(8, 8\)",
+    ),
+    (
+        "ShardLayout merging two axes",
+        reshard(sl((4, 8), None, (S(0),), X)),
+        t((8, 4)),
+        r"shape \(4, 8\) does not factor x's logical shape \(8, 4\)",
+    ),
+    # types §2: a plain layout matches the shape mode by mode.
+    (
+        "plain Layout of another rank",
+        reshard(Layout((2, 4))),
+        t((8,)),
+        r"Reshard: TensorType: layout \(2,4\):\(4,1\) has rank 2 but shape \[8\] has rank 1",
+    ),
+    (
+        "plain Layout of another shape, same size",
+        reshard(Layout((4, 16))),
+        t((8, 8)),
+        r"shape \(4, 16\) does not factor x's logical shape \(8, 8\)",
     ),
     # hir Reshard: destination storage is concrete, not unmaterialized.
     ("umat destination", reshard(storage="umat"), t((4,)), r"Reshard: the destination storage"),
@@ -214,6 +314,15 @@ REJECT = [
     ),
     # shard-layout §7.4: the output preserves the logical shape.
     ("size parity", reshard(sl((4, 4), None, (S(0),), X)), t((8,)), r"has size 16 but x \[8\]"),
+    # On a device mesh an inner-factor split is refused when checked: a strided share per device
+    # has no SPMD layout (DESIGN §1, issue 28).
+    (
+        "§7.5 target on a device mesh",
+        reshard(sl((2, 4, 3, 32, 4), None, (S(0), S(1), S(3)), DEVICES75), "rmem"),
+        t((2, 1536)),
+        r"splits logical axis 1 of x \[2, 1536\] by mesh axis 1 \('y'\), mesh axis 2 \('t'\) on "
+        r"an inner factor \(factors \(4, 3, 32, 4\)\).*split the outermost factors",
+    ),
     # A Reshard cannot create a pending reduction.
     (
         "Broadcast -> Partial",
@@ -286,10 +395,13 @@ def test_rejects(case, op, x, match):
         typeinfer_call(op, x)
 
 
-def test_layout_attribute_must_be_a_shard_layout():
-    # hir Reshard: the supplied layout is a ShardLayout.
-    with pytest.raises(VerifyError, match="Reshard: attribute 'layout' must be ShardLayout"):
-        Reshard(layout=Layout((4,)))
+def test_layout_attribute_is_a_shard_layout_or_the_plain_sugar():
+    # hir Reshard: the supplied layout is a ShardLayout; `Layout(shape)` is the sugar for a
+    # value on no mesh (DESIGN §4.15); nothing else is a target.
+    assert Reshard(layout=Layout((4,))).layout == Layout((4,))
+    for wrong in (ComposedLayout(Layout((4,), (1,)), 0, None), (4,), 4):
+        with pytest.raises(VerifyError, match="Reshard: attribute 'layout': must be a ShardLayout"):
+            Reshard(layout=wrong)
 
 
 def test_unknown_storage_name_is_refused():

@@ -19,6 +19,10 @@ from tilefoundry.rules import EVAL
 
 X = make_mesh((4,), ("x",))
 XY = make_mesh((2, 4), ("x", "y"))
+# Simulated-only meshes: the seed's merge "in either direction" keeps an inner Split there; on a
+# device mesh (X, XY) such a merge is refused when checked (module doc of reshape, issue 28).
+WARPS = make_mesh((4,), ("x",), topology="warp")
+WARPS2 = make_mesh((2, 4), ("x", "y"), topology="warp")
 SEQ = DimVar("SEQ", 1, 64)
 
 
@@ -71,10 +75,17 @@ CASES = [
     ("view: merge all", sharded((16, 8), X, S(0)), (128,), sharded((128,), X, S(0))),
     ("view: positions as axes", sharded((16, 8), X, S(0)), (4, 4, 8), sharded((4, 4, 8), X, S(0))),
     ("view: merge residual", sharded((4, 4, 8), X, S(0)), (4, 32), sharded((4, 32), X, S(0))),
-    ("view: inner Split merged", sharded((16, 8), X, S(1)), (128,), laid_out(
-        (128,), (16, 4, 2), (8, 2, 1), X, S(1))),
-    ("view: two mesh axes", sharded((16, 8), XY, S(0), S(1)), (128,), laid_out(
-        (128,), (2, 8, 4, 2), (64, 8, 2, 1), XY, S(0), S(2))),
+    ("view: inner Split merged", sharded((16, 8), WARPS, S(1)), (128,), laid_out(
+        (128,), (16, 4, 2), (8, 2, 1), WARPS, S(1))),
+    ("view: two mesh axes", sharded((16, 8), WARPS2, S(0), S(1)), (128,), laid_out(
+        (128,), (2, 8, 4, 2), (64, 8, 2, 1), WARPS2, S(0), S(2))),
+    # ... and on a device mesh the same merges are refused, naming the split and the fix
+    ("device mesh: inner Split merged", sharded((16, 8), X, S(1)), (128,),
+     r"folds an unsplit axis over the split by mesh axis 0 \('x'\), which becomes an inner "
+     r"factor of new axis 0 \(factors \(16, 4, 2\)\).*Broadcast on mesh axis 0 \('x'\) "
+     r"before the reshape"),
+    ("device mesh: two mesh axes", sharded((16, 8), XY, S(0), S(1)), (128,),
+     r"split by mesh axis 0 \('x'\), mesh axis 1 \('y'\), which becomes an inner factor"),
     ("view: one axis on two mesh axes", sharded((16, 8), XY, S(0), S(0)), (128,),
      sharded((128,), XY, S(0), S(0))),
     # hir Reshape case 1: size-1 axes insert/drop freely and hold no sharding
@@ -105,6 +116,11 @@ CASES = [
         (16, 2, 4), (4, 4, 2, 4), (32, 8, 4, 1), X, S(0))),
     ("free divide, Partial only", sharded((16, 8), X, P("sum")), (8, 16),
      sharded((8, 16), X, P("sum"))),
+    # a refusal's fix names only the mesh axes x holds something on (issue 28: not "its split
+    # mesh axes" for a value that has none)
+    ("no view, Partial only", sharded((6, 4), XY, B, P("sum")), (4, 6),
+     r"does not divide at a new-axis boundary\); insert reshard\(x, \.\.\.\) to Broadcast on "
+     r"mesh axis 1 \('y'\) before the reshape$"),
     # symbolic positions carry whole
     ("symbolic Split carried", sharded((SEQ, 16), X, S(0)), (SEQ, 4, 4),
      sharded((SEQ, 4, 4), X, S(0))),

@@ -16,7 +16,7 @@ from math import ceil, prod
 
 from tilefoundry.exits.stablehlo.spmd.mesh import axes_label, groups_literal, replica_groups
 from tilefoundry.ir.lowering.builder import Lowering
-from tilefoundry.ir.types import TensorType, i32
+from tilefoundry.ir.types import TensorType, bool_, i32
 from tilefoundry.ir.types.shard import Mesh
 from tilefoundry.ir.types.shard.mesh import c_order_strides
 
@@ -103,6 +103,23 @@ class DeviceBody:
             extent = self.scalar(mesh.shape[mesh_axis])
             self._coords[mesh, mesh_axis] = self._int_op("remainder", quotient, extent)
         return self._coords[mesh, mesh_axis]
+
+    def addend(self, x: Shard, reductions: Mapping[int, str]) -> Shard:
+        """This device's addend of the global value `x` holds, for a value typed Partial on the
+        mesh axes of `reductions` (mesh axis -> sum, max or min): a caller passes the value,
+        and one correct split of it is the value on coordinate 0 of each sum axis and zeros on
+        the others (max and min are idempotent: every device holds the value). The reference
+        evaluator draws uneven addends instead; any split has the same reduction."""
+        sums = [m for m, reduction in reductions.items() if reduction == "sum"]
+        if not sums:
+            return x
+        lw, scalar, flag = self.lw, TensorType((), i32), TensorType((), bool_)
+        first = None
+        for mesh_axis in sums:
+            here = lw.compare("EQ", self.coordinate(mesh_axis), self.scalar(0), scalar, flag)
+            first = here if first is None else lw.elementwise("and", [first, here], flag)
+        zeros = lw.constant(0, x.local.dtype, x.local.shape)
+        return Shard(lw.select(first, x.name, zeros, flag, x.local), x.type, x.local)
 
     def block_offset(self, mesh_axes: Sequence[int], block: int, mesh: Mesh | None = None) -> str:
         """Start of this device's block: its mixed-radix index over `mesh_axes` times `block`."""

@@ -16,11 +16,17 @@ call runs on its own mesh's coordinates (digits of the partition id) and replica
 Reshard between two views is planned on their refinement. A loop (GridRegionExpr) is one
 per-device `stablehlo.while` whose body holds its collectives.
 
-Refused with UnsupportedError (located at the op's source line): non-device topologies, meshes
-without a common refinement (naming them), Partial parameters (a caller has no addends to
-pass), Partial or per-device (Local) results (no single global value), and any op whose
-per-device semantics are not "its rule on the local block" (it has a SHARDED_EVAL rule) unless
-it registers an SPMD_LOWERING rule.
+At the boundary the caller passes and receives global values, as `evaluate` does: a Partial
+parameter arrives whole on every device and each device takes its addend of it
+(`DeviceBody.addend`), and a Partial result is completed by an all-reduce before it is returned
+(the global value of a pending reduction is its reduction, `evaluate(..., complete_partials=True)`).
+
+Refused with UnsupportedError (located at the op's, parameter's or result's source line):
+non-device topologies, meshes without a common refinement (naming them), layouts without a
+contiguous block per device (a Split on an inner factor, which only a signature can still carry:
+ops refuse to make one on a device mesh), per-device (Local) results (no single global value),
+and any op whose per-device semantics are not "its rule on the local block" (it has a
+SHARDED_EVAL rule) unless it registers an SPMD_LOWERING rule.
 """
 
 from __future__ import annotations
@@ -56,7 +62,6 @@ from tilefoundry.ir.core.nested import flatten, regroup
 from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr, elaborate, select_variant
 from tilefoundry.ir.hir.facts import LoopReads, loop_invariants, program_meshes
 from tilefoundry.ir.hir.grid_region import INDUCTION_TYPE
-from tilefoundry.ir.hir.op_support import mesh_axis_label
 from tilefoundry.ir.hir.walk import run_suspended_walks
 from tilefoundry.ir.lowering.builder import Lowering
 from tilefoundry.ir.lowering.mlir_text import dense_literal
@@ -278,13 +283,10 @@ class _Emitter:
         name = self.lw.op(
             f"stablehlo.constant {dense_literal(node.value, type_.dtype)} : {self.lw.type(plain)}"
         )
-        if pending_partials(type_):
-            raise UnsupportedError(
-                "SPMD exit: a constant typed Partial has no addends to place; make it Broadcast"
-            )
-        return self.body.take_blocks(
+        placed = self.body.take_blocks(
             Shard(name, type_, plain), canonical_splits(type_, "Constant", EXIT), type_
         )
+        return self.body.addend(placed, pending_partials(type_))
 
     def lower_op(self, node: Call, args: tuple[Operand, ...]) -> Operand:
         op, out_type = node.target, node.type
@@ -314,16 +316,21 @@ class _Emitter:
 
 
 def _signature_type(
-    type_: TensorType, lw: Lowering, views: Refinement, what: str, remedy: str
+    type_: TensorType, lw: Lowering, views: Refinement, what: str
 ) -> tuple[str, str]:
-    """(global tensor type, sdy sharding) of a parameter or result."""
-    for mesh_axis, reduction in pending_partials(type_).items():
-        label = mesh_axis_label(type_.layout.mesh, mesh_axis)
-        raise UnsupportedError(
-            f"SPMD exit: {what} is Partial({reduction}) on {label}; "
-            f"a pending reduction has no global value at the program boundary; {remedy}"
-        )
+    """(global tensor type, sdy sharding) of a parameter or result; a Partial mesh axis is
+    replicated there (the boundary carries the global value, module doc)."""
     return lw.type(type_), sdy_sharding(type_, len(type_.shape), views, what)
+
+
+def _completed(result: Shard, body: DeviceBody, what: str) -> Shard:
+    """A result's global value on every device: its pending reductions all-reduced."""
+    by_reduction: dict[str, list[int]] = {}
+    for mesh_axis, reduction in pending_partials(result.type).items():
+        by_reduction.setdefault(reduction, []).append(mesh_axis)
+    for reduction, mesh_axes in sorted(by_reduction.items()):
+        result = body.all_reduce(result, mesh_axes, reduction, result.type, what)
+    return result
 
 
 def lower_spmd(fn: Function, *, bindings: Mapping[Any, int] | None = None) -> SpmdModule:
@@ -344,16 +351,17 @@ def lower_spmd(fn: Function, *, bindings: Mapping[Any, int] | None = None) -> Sp
     for i, p in enumerate(fn.params):
         if not isinstance(p.type, TensorType):
             raise UnsupportedError(f"SPMD exit: parameter '{p.name}' is not a tensor")
-        text, sharding = _signature_type(
-            p.type, outer, views, f"parameter '{p.name}'", "pass it completed (Broadcast or Split)"
-        )
-        shape = outer.shape(p.type)
-        local = TensorType(local_shape(p.type, shape, p.name), p.type.dtype)
+        try:
+            text, sharding = _signature_type(p.type, outer, views, f"parameter '{p.name}'")
+            shape = outer.shape(p.type)
+            local = TensorType(local_shape(p.type, shape, p.name), p.type.dtype)
+        except UnsupportedError as err:
+            raise err.with_location(source_span(p)) from None
         params.append(f"%arg{i}: {text} {{sdy.sharding = #sdy.sharding{sharding}}}")
         args.append(f"%arg{i}")
         in_shardings.append(sharding)
         block_args.append(f"%l{i}: {outer.type(local)}")
-        values[p] = Shard(f"%l{i}", p.type, local)
+        values[p] = body.addend(Shard(f"%l{i}", p.type, local), pending_partials(p.type))
         param_types.append(p.type)
 
     result = flatten(emitter.lower(fn.body, values))
@@ -365,9 +373,8 @@ def lower_spmd(fn: Function, *, bindings: Mapping[Any, int] | None = None) -> Sp
             raise UnsupportedError(
                 f"SPMD exit: {what} is a per-device (Local) value with no global value; return "
                 "the sharded value instead"
-            )
-        remedy = "complete it in the program with reshard(x, Broadcast or Split)"
-        outs.append((leaf, *_signature_type(type_, outer, views, what, remedy)))
+            ).with_location(source_span(fn.body))
+        outs.append((_completed(leaf, body, what), *_signature_type(type_, outer, views, what)))
     body.lw.line(
         f"sdy.return {', '.join(s.name for s, _, _ in outs)} : "
         f"{', '.join(outer.type(s.local) for s, _, _ in outs)}"

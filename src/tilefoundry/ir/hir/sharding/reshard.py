@@ -1,11 +1,15 @@
 """Reshard: the one explicit op that changes a value's layout, mesh or storage (hir §1.3).
 
-Typing is the seed's (layout, storage) table. What matters most is the strides it materialises:
-a sugar target (`Layout(shape)` with strides None) takes its physical form from the storage
-direction (rmem < smem < gmem): moving up to a shared level lays every instance out in one C-order
-buffer, moving down gives each instance its own compact engine; verbose strides are the user's
-(e.g. an MMA fragment) and are never rewritten. After this rule no ShardLayout it returns has
-un-materialised strides.
+Typing is the seed's (layout, storage) table, exactly (DESIGN §4.15): no layout keeps x's, and
+a storage change must name one. What matters most is the strides it materialises: a sugar target
+(strides None, on a ShardLayout's Layout or a plain `Layout(shape)` for a value on no mesh)
+takes its physical form from the storage direction (rmem < smem < gmem): moving up to a shared
+level lays every instance out in one C-order buffer, moving down gives each instance its own
+compact engine; verbose strides are the user's (e.g. an MMA fragment) and are never rewritten.
+After this rule no layout it returns has un-materialised strides.
+
+The target's shape must factor x's logical shape axis by axis (shard §7.4, DESIGN §4.17): the
+same element count grouped another way is a reshape, which this op would silently ignore.
 
 Pending reductions: a Reshard may *complete* a Partial (to Broadcast, or scatter it to a Split —
 the collective runs here), or keep it unchanged (a layout-only change), but it can never *create*
@@ -35,6 +39,7 @@ from tilefoundry.ir.types.shard import (
     B,
     Dynamic,
     Layout,
+    LayoutBase,
     Mesh,
     Partial,
     S,
@@ -44,7 +49,8 @@ from tilefoundry.ir.types.shard import (
     shared_strides,
     with_strides,
 )
-from tilefoundry.ir.types.shard.int_tuple import flatten, product
+from tilefoundry.ir.types.shard.int_tuple import flatten, is_int, product, unflatten
+from tilefoundry.ir.types.shard.mesh import c_order_strides
 from tilefoundry.rules import (
     FusionKind,
     register_access_relation,
@@ -62,15 +68,28 @@ from tilefoundry.rules import (
 )
 from tilefoundry.rules.validation_samples import Sample, operand
 from tilefoundry.sharding.mesh_views import refine
+from tilefoundry.sharding.shard_reading import strided_split_on_devices
+from tilefoundry.sharding.shard_regroup import logical_groups
 
 __all__ = ["Reshard", "needs_grid_fence"]
 
 
+def _target_kind(layout: object) -> LayoutBase:
+    """hir Reshard: the supplied layout is a ShardLayout; a plain Layout is the seed's sugar for
+    a value on no mesh (DESIGN §4.15)."""
+    if not isinstance(layout, ShardLayout | Layout):
+        raise VerifyError(
+            f"must be a ShardLayout (or a plain Layout(shape) for a value on no mesh), got "
+            f"{type(layout).__name__} {layout!r}"
+        )
+    return layout
+
+
 class Reshard(Op):
-    """Convert `x` to a target ShardLayout and/or storage; the logical shape never changes."""
+    """Convert `x` to a target layout and/or storage; the logical shape never changes."""
 
     x = ParamDef("input")
-    layout = ParamDef("attribute", ShardLayout, optional=True)
+    layout = ParamDef("attribute", LayoutBase, optional=True, validate=_target_kind)
     storage = ParamDef("attribute", StorageKind, optional=True)
 
 
@@ -141,15 +160,30 @@ def _check_one_device_set(op: Op, x: TensorType, target: ShardLayout) -> None:
         raise VerifyError(err.message) from None
 
 
-def _check_size(op: Op, x: TensorType, target: ShardLayout) -> None:
-    """seed shard §7.4: a Reshard keeps the logical shape, so the layout must cover it exactly."""
+def _check_shape(op: Op, x: TensorType, target: LayoutBase) -> None:
+    """seed shard §7.4: a Reshard keeps the logical shape, so the target layout must spell it:
+    the same size, and every logical axis factored into consecutive layout positions (canonical
+    regroup, semantic-analysis §3.1, with no position shared by two axes)."""
     layout_size, tensor_size = product(target.shape), product(x.shape)
     if layout_size is None or normalize_dim(layout_size) != normalize_dim(tensor_size):
         raise VerifyError(
-            f"{op_name(op)}: the target layout {target.layout} has size {layout_size} but x "
+            f"{op_name(op)}: the target layout {_shown(target)} has size {layout_size} but x "
             f"{list(x.shape)} has size {tensor_size}; a Reshard preserves the logical shape, "
             "use reshape to change it"
         )
+    layout_shape = tuple(flatten(target.shape))
+    if None in logical_groups(tuple(x.shape), layout_shape):
+        raise VerifyError(
+            f"{op_name(op)}: the target layout's shape {layout_shape} does not factor x's "
+            f"logical shape {tuple(x.shape)} axis by axis; a Reshard preserves the logical shape "
+            "(shard §7.4), so a layout of another shape would be silently ignored: reshape x to "
+            f"that shape first, or give the target a shape that splits each axis of "
+            f"{tuple(x.shape)} into consecutive factors"
+        )
+
+
+def _shown(layout: LayoutBase) -> object:
+    return layout.layout if isinstance(layout, ShardLayout) else layout
 
 
 def _split_strides_all_zero(layout: object) -> bool:
@@ -163,7 +197,7 @@ def _split_strides_all_zero(layout: object) -> bool:
     return all(flat[k] == 0 for k in splits)
 
 
-def _sugar_strides(op: Op, x: TensorType, target: ShardLayout, storage: StorageKind) -> tuple:
+def _sugar_strides(op: Op, x: TensorType, target: LayoutBase, storage: StorageKind) -> tuple:
     """The seed's stride table for a sugar target (strides None)."""
     if storage == x.storage:
         if _split_strides_all_zero(x.layout):
@@ -179,17 +213,68 @@ def _sugar_strides(op: Op, x: TensorType, target: ShardLayout, storage: StorageK
     return shared_strides(target) if upward else per_instance_strides(target)
 
 
+def _check_device_blocks(op: Op, x: TensorType, target: ShardLayout) -> None:
+    """On a device mesh each Split must be an outermost factor of its logical axis: an inner one
+    gives each device a strided share, which the SPMD exit cannot lay out, so it is refused when
+    the program is checked rather than while it is lowered (DESIGN §1)."""
+    strided = strided_split_on_devices(TensorType(x.shape, x.dtype, target))
+    if strided is None:
+        return
+    logical_axis, split = strided
+    labels = ", ".join(mesh_axis_label(target.mesh, m) for m in split.mesh_axes)
+    raise VerifyError(
+        f"{op_name(op)}: the target layout {target.layout} splits logical axis {logical_axis} "
+        f"of x {list(x.shape)} by {labels} on an inner factor (factors {split.factors}): each "
+        "device would hold a strided share, which the device exits cannot lay out; split the "
+        "outermost factors of the axis (the canonical layout, as N @ m.a sugar writes it)"
+    )
+
+
 def _target_layout(op: Op, x: TensorType, storage: StorageKind) -> ShardLayout:
     target = op.layout
-    _check_size(op, x, target)
+    _check_shape(op, x, target)
     _check_value_states(op, x, target)
     _check_one_device_set(op, x, target)
+    _check_device_blocks(op, x, target)
     if not isinstance(target.layout, Layout) or target.layout.stride is not None:
         return target
     try:
         return with_strides(target, _sugar_strides(op, x, target, storage))
     except VerifyError as err:
         raise VerifyError(f"{op_name(op)}: {err.message}") from None
+
+
+def _plain_target(op: Op, x: TensorType, storage: StorageKind) -> Layout | None:
+    """A plain `Layout` target: the value stays on no mesh, only its strides are chosen. Strides
+    that come out C-order are the plain value's own (None: signature binding materialises C-order,
+    DESIGN §4.2), so a staged value keeps the type of an unstaged one where nothing moved."""
+    target = op.layout
+    if isinstance(x.layout, ShardLayout):
+        raise VerifyError(
+            f"{op_name(op)}: x is sharded over {x.layout.mesh!r} and the target is the plain "
+            f"{target}, which names no mesh; give a ShardLayout target instead: x's own with "
+            f"strides None to restage it (ShardLayout(Layout({x.layout.shape!r}), "
+            f"{x.layout.attrs!r}, mesh)), or Broadcast on every mesh axis to gather it"
+        )
+    _check_shape(op, x, target)
+    try:
+        if target.stride is None:
+            strides = _sugar_strides(op, x, target, storage)
+            target = Layout(target.shape, unflatten(strides, target.shape))
+        TensorType(x.shape, x.dtype, target, storage)  # types §2: mode by mode, injective
+    except VerifyError as err:
+        raise VerifyError(f"{op_name(op)}: {err.message}") from None
+    extents, strides = tuple(flatten(target.shape)), tuple(flatten(target.stride))
+    if all(is_int(e) for e in extents) and strides == tuple(c_order_strides(extents)):
+        return None
+    return target
+
+
+def _layout_fix(x: TensorType) -> str:
+    """The `layout=` a storage change of `x` could name: its own, strides left to the table."""
+    if isinstance(x.layout, ShardLayout):
+        return f"ShardLayout(Layout({x.layout.shape!r}), {x.layout.attrs!r}, mesh)"
+    return f"Layout({tuple(x.shape)!r})"
 
 
 @register_typeinfer(Reshard)
@@ -202,17 +287,17 @@ def _typeinfer(op: Reshard, arg_types, ctx) -> TensorType:
             "smem or rmem"
         )
     if op.layout is None:
-        if storage != x.storage and isinstance(x.layout, ShardLayout):
+        if storage != x.storage:
             raise VerifyError(
-                f"{op_name(op)}: a storage change ({x.storage} -> {storage}) of a sharded value "
-                "must carry an explicit layout= (its strides depend on the direction); write "
-                "reshard(x, layout=..., storage=...)"
+                f"{op_name(op)}: a storage change ({x.storage} -> {storage}) must carry an "
+                "explicit layout= (hir Reshard stride resolution: its strides depend on the "
+                f"direction); write reshard(x, layout={_layout_fix(x)}, storage="
+                f'"{storage.name.lower()}")'
             )
-        # Storage staging of a plain value (DESIGN §4.14): "omitting layout preserves x.layout"
-        # (hir Reshard); a plain value has no per-instance stride form to choose, so the table's
-        # "a storage change must carry a layout" has nothing to decide and the value is copied.
-        return TensorType(x.shape, x.dtype, x.layout, storage)
-    return TensorType(x.shape, x.dtype, _target_layout(op, x, storage), storage)
+        return x
+    if isinstance(op.layout, ShardLayout):
+        return TensorType(x.shape, x.dtype, _target_layout(op, x, storage), storage)
+    return TensorType(x.shape, x.dtype, _plain_target(op, x, storage), storage)
 
 
 @register_access_relation(Reshard)

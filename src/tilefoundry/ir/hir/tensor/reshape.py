@@ -12,6 +12,13 @@ regroups two Split-bound positions, and a divide of a Split-bound position fail 
 One reading beyond the seed's letter: a position of a logical axis that no mesh axis splits holds
 no device ownership, so it may divide freely (`(B @ x, H*D) -> (B, H, D)`); that only refines the
 layout and moves no element between devices. `-1` (silent in the seed) is torch's: one axis.
+
+One refusal beyond it (issue 28): on a device mesh, a merge that folds an unsplit axis over a split
+one (`(4, 8 @ x) -> (32,)`) is refused here. Its result is split on an inner factor of the new axis,
+a strided share per device, which the simulation holds but Shardy's shardings and the SPMD exit's
+contiguous blocks cannot; refusing it when the program is checked keeps "what check accepts on a
+device mesh runs there" (DESIGN §1) instead of a refusal in the middle of lowering. On other meshes
+(warps, threads: simulated only) the view is kept.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from tilefoundry.rules import (
     register_vjp,
 )
 from tilefoundry.rules.validation_samples import Sample, operand
+from tilefoundry.sharding.shard_reading import strided_split_on_devices
 from tilefoundry.sharding.shard_regroup import logical_groups
 
 
@@ -287,16 +295,37 @@ def _output_layout(op: Reshape, x: TensorType, new_shape: tuple) -> ShardLayout 
     return ShardLayout(Layout(out_extents, stride), attrs, sl.mesh)
 
 
+def _held_axes(sl: ShardLayout) -> str:
+    """The mesh axes a Broadcast reshard would change: those `x` splits or holds Partial on."""
+    return ", ".join(
+        mesh_axis_label(sl.mesh, a)
+        for a, attr in enumerate(sl.attrs)
+        if not isinstance(attr, Broadcast)
+    )
+
+
 def _refusal(x: TensorType, new_shape: tuple, why: str) -> VerifyError:
     sl = x.layout
-    labels = ", ".join(
-        mesh_axis_label(sl.mesh, a) for a, attr in enumerate(sl.attrs) if isinstance(attr, Split)
-    )
     return VerifyError(
         f"Reshape: {_shape_text(x.shape)} -> {_shape_text(new_shape)} of operand 'x' is not a "
         f"view over its layout positions {_shape_text(flatten(sl.layout.shape))} (hir Reshape: "
-        f"{why}); insert reshard(x, ...) to Broadcast on {labels or 'its split mesh axes'} "
-        "before the reshape"
+        f"{why}); insert reshard(x, ...) to Broadcast on {_held_axes(sl)} before the reshape"
+    )
+
+
+def _check_device_blocks(x: TensorType, out: TensorType) -> None:
+    """On a device mesh every Split must stay an outermost factor of its axis (module doc)."""
+    strided = strided_split_on_devices(out)
+    if strided is None:
+        return
+    logical_axis, split = strided
+    labels = ", ".join(mesh_axis_label(out.layout.mesh, m) for m in split.mesh_axes)
+    raise VerifyError(
+        f"Reshape: {_shape_text(x.shape)} -> {_shape_text(out.shape)} of operand 'x' folds an "
+        f"unsplit axis over the split by {labels}, which becomes an inner factor of new axis "
+        f"{logical_axis} (factors {_shape_text(split.factors)}): each device would hold a "
+        "strided share, which the device exits cannot lay out; insert reshard(x, ...) to "
+        f"Broadcast on {labels} before the reshape, or split the outer axis instead"
     )
 
 
@@ -305,7 +334,9 @@ def _typeinfer(op: Reshape, arg_types, ctx) -> TensorType:
     (x,) = tensor_operands(op, arg_types)
     new_shape = resolved_shape(op, x.shape)
     layout = _output_layout(op, x, new_shape)
-    return TensorType(new_shape, x.dtype, layout, result_storage(op, (x,)))
+    out = TensorType(new_shape, x.dtype, layout, result_storage(op, (x,)))
+    _check_device_blocks(x, out)
+    return out
 
 
 @register_access_relation(Reshape)

@@ -352,6 +352,12 @@ class Mesh:
 _MESH_FIELDS = frozenset(field.name for field in fields(Mesh))
 
 
+def is_device_mesh(mesh: Mesh) -> bool:
+    """Whether the mesh's coordinates are real devices (DESIGN §4.13: one `"device"` level), so
+    what the types allow must be something the SPMD exit can lay out."""
+    return [t.name for t in mesh.topologies] == ["device"]
+
+
 def make_mesh(shape: object, names: object = None, topology: str | Topology = "device") -> Mesh:
     """A mesh over `prod(shape)` devices of one topology, laid out in C-order (DESIGN §3)."""
     extents = shape if isinstance(shape, tuple | list) else (shape,)

@@ -374,21 +374,25 @@ def _require_known(extents: tuple, what: str) -> tuple:
     return extents
 
 
-def per_instance_strides(sl: ShardLayout) -> tuple:
+def per_instance_strides(sl: ShardLayout | Layout) -> tuple:
     """The high → low Reshard default: each instance its own compact engine (seed §7.5).
 
     C-order over the local shape, with 0 on Split dims and on every size-1 dim, so a Split
-    contributes no offset inside an engine.
+    contributes no offset inside an engine. A plain Layout (the target of a value on no mesh)
+    is the form without Splits: its local shape is its shape.
     """
-    local = _require_known(shard_layout_local_shape(sl), "local shape")
-    bound = split_positions(sl)
+    if isinstance(sl, ShardLayout):
+        local, bound = shard_layout_local_shape(sl), split_positions(sl)
+    else:
+        local, bound = flatten(sl.shape), {}
+    local = _require_known(local, "local shape")
     return tuple(
         0 if position in bound or is_value(extent, 1) else stride
         for position, (extent, stride) in enumerate(zip(local, c_order_strides(local), strict=True))
     )
 
 
-def shared_strides(sl: ShardLayout) -> tuple:
+def shared_strides(sl: ShardLayout | Layout) -> tuple:
     """The low → high Reshard default: C-order over the global shape, one shared engine (§7.5)."""
     return c_order_strides(_require_known(flatten(sl.shape), "layout shape"))
 
