@@ -301,11 +301,17 @@ def _vjp(call, ct, ad):
 
 def _regrouped(ad, value, groups: int, split: tuple, order: tuple, shape: tuple):
     """`value` reshaped to `split` (one channel axis factored by the groups), permuted by
-    `order` and reshaped to `shape`: with one group, a transpose of the first two axes."""
+    `order` and reshaped to `shape`: with one group, a transpose of the first two axes. With
+    several, the permutation can bring a split axis (a batch split) inside an unsplit one, which
+    a device mesh cannot hold (a strided share: the reshape refuses it); the value is then
+    regrouped from its replicated form."""
     tf = ad.tf
     if groups == 1:
         return tf.transpose(value, (1, 0, 2, 3))
-    return tf.reshape(tf.transpose(tf.reshape(value, split), order), shape)
+    try:
+        return tf.reshape(tf.transpose(tf.reshape(value, split), order), shape)
+    except VerifyError:
+        return tf.reshape(tf.transpose(tf.reshape(ad.replicated(value), split), order), shape)
 
 
 def _convolved(ad, x, weight, **attributes):
