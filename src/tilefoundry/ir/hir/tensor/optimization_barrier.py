@@ -75,7 +75,8 @@ def _eval(op: OptimizationBarrier, args, out_type: Type):
 
 @register_sharded_eval(OptimizationBarrier)
 def _sharded_eval(op: OptimizationBarrier, args, call):
-    """The identity moves no data: each field keeps its per-device placement (addends too)."""
+    """The identity moves no data: each field keeps its per-device (or per-CTA) placement,
+    addends too."""
     (values,) = args
     return tuple(values)
 
@@ -139,7 +140,4 @@ def _pallas(op: OptimizationBarrier, args, arg_types, out_type, kx):
     return tuple(values)
 
 
-@register_pallas_sharded(OptimizationBarrier)
-def _pallas_sharded(op: OptimizationBarrier, args, call):
-    (values,) = args
-    return tuple(values)
+register_pallas_sharded(OptimizationBarrier)(_sharded_eval)
