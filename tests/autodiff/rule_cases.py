@@ -135,6 +135,10 @@ def _sigmoid(jnp, x):
     return 1.0 / (1.0 + jnp.exp(-x))
 
 
+def _product_of_fields(pair):
+    return tf.mul(tf.tuple_get_item(pair, index=0), tf.tuple_get_item(pair, index=1))
+
+
 def _topk(jnp, x, k, axis, largest):
     from jax import lax
 
@@ -376,6 +380,18 @@ CASES: tuple[Case, ...] = (
         (_f(2, 3), _f(2, 3)),
         lambda a, b: tf.stack((a, b), axis=1),
         lambda jnp, a, b: jnp.stack([a, b], axis=1),
+    ),
+    Case(
+        "optimization_barrier",
+        (_f(2, 3), _f(2, 3)),
+        lambda a, b: _product_of_fields(tf.optimization_barrier((a, b))),
+        lambda jnp, a, b: a * b,
+    ),
+    Case(
+        "optimization_barrier, one field read",
+        (_f(2, 3), _f(3)),
+        lambda a, b: tf.tuple_get_item(tf.optimization_barrier((a, b)), index=0),
+        lambda jnp, a, b: a,
     ),
     Case(
         "where",

@@ -98,15 +98,47 @@ class Backward:
         )
 
     def _recomputed(self, call: Call, total: Cotangent, varied: set[Expr]):
-        """A checkpointed call: its callee's body inlined here, from the call's arguments, and
-        differentiated (the forward of the callee runs again in the backward)."""
+        """A checkpointed call: its callee's body inlined here and differentiated (the forward
+        of the callee runs again in the backward). The body reads the call's arguments through
+        one optimization barrier taken together with the arriving cotangent, as `jax.checkpoint`
+        does: a compiler cannot merge the recomputation with the original forward (XLA's CSE
+        would, undoing the saving) nor start it before the backward reaches this call."""
+        args = list(dict.fromkeys(call.args))
+        passed, total = self._barriered(args, total, self.ad.at(call))
         callee = call.target
-        params = dict(zip(callee.params, call.args, strict=True))
+        params = {p: passed[a] for p, a in zip(callee.params, call.args, strict=True)}
         memo = substitute((callee.body,), params, self.ctx)
-        wanted = [a for a in dict.fromkeys(call.args) if a in varied]
-        body = inline_differentiated_calls(memo[callee.body], wanted, stop=call.args)
-        totals = self.region([body], [total], leaves=call.args, varied_leaves=wanted)
-        return [(arg, totals[arg]) for arg in wanted]
+        leaves = [passed[a] for a in args]
+        wanted = [passed[a] for a in args if a in varied]
+        body = inline_differentiated_calls(memo[callee.body], wanted, stop=leaves)
+        totals = self.region([body], [total], leaves=leaves, varied_leaves=wanted)
+        return [(arg, totals[passed[arg]]) for arg in args if arg in varied]
+
+    @staticmethod
+    def _barriered(args: list[Expr], total: Cotangent, ad: Builder):
+        """(each argument -> its value out of the barrier, the cotangent out of it)."""
+        ct_leaves: list[Expr] = []
+
+        def collect(part: Cotangent) -> None:
+            if isinstance(part, tuple):
+                for field in part:
+                    collect(field)
+            elif part is not None:
+                ct_leaves.append(part)
+
+        collect(total)
+        barrier = ad.tf.optimization_barrier((*args, *ct_leaves))
+        outs = iter(
+            [ad.tf.tuple_get_item(barrier, index=i) for i in range(len(barrier.type.fields))]
+        )
+        passed = {a: next(outs) for a in args}
+
+        def rebuilt(part: Cotangent) -> Cotangent:
+            if isinstance(part, tuple):
+                return tuple(rebuilt(field) for field in part)
+            return None if part is None else next(outs)
+
+        return passed, rebuilt(total)
 
 
 def _rule_contributions(call: Call, total: Cotangent, varied: set[Expr], ad: Builder):

@@ -1,8 +1,9 @@
 # ruff: noqa: F821
 # Dtype names in Tensor[...] are strings that ruff reads as forward references.
-"""Programs for the structural ops on a device mesh (ScatterAdd's own SPMD rule, and the ops the
-default block lowering runs: Pad, Reverse, Cumulative, Clamp, each carrying a Split or a pending
-sum), each with an independent float64 numpy oracle and the collectives it must emit.
+"""Programs for the structural ops on a device mesh (ScatterAdd's and OptimizationBarrier's own
+SPMD rules, and the ops the default block lowering runs: Pad, Reverse, Cumulative, Clamp, each
+carrying a Split or a pending sum), each with an independent float64 numpy oracle and the
+collectives it must emit.
 
 `run(name, arrays)` runs one by name inside the 8-device worker (conftest.py), so only names and
 arrays cross the process boundary.
@@ -117,7 +118,27 @@ def _pending_sum_oracle(x, w):
     return np.cumsum(np.pad(product, ((0, 0), (1, 1))), axis=1)
 
 
+# ---- an optimization barrier carries a Split and a pending sum as they are --------------------
+
+
+@func
+def barriered_pending_sum(x: Tensor[(4, 16 @ TP.tp), "f32"], w: Tensor[(16 @ TP.tp, 8), "f32"]):
+    product, split = tf.optimization_barrier((x @ w, x))
+    total = tf.reshard(product, layout=ShardLayout(Layout((4, 8)), (B,), TP), storage="gmem")
+    return total + tf.reduce(split, axes=(1,), keepdim=True, kind="sum")
+
+
+def _barriered_oracle(x, w):
+    return x.astype(np.float64) @ w + x.astype(np.float64).sum(axis=1, keepdims=True)
+
+
 PROGRAMS = {
+    "barriered_pending_sum": StructuralProgram(
+        barriered_pending_sum,
+        _barriered_oracle,
+        lambda rng: (normal(rng, 4, 16), normal(rng, 16, 8)),
+        ("all_reduce", "all_reduce"),
+    ),
     "along_unsplit_axes": StructuralProgram(
         along_unsplit_axes,
         _along_unsplit_oracle,

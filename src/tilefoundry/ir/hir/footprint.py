@@ -217,9 +217,17 @@ class _Schedule:
         ahead = _steps_to_roots(nodes, reads)
         held: dict[Expr, int] = {}  # the values allocated now (kept only when recording)
 
+        def freeable(values: tuple[Expr, ...]) -> int:
+            """The bytes dropping the last hold on `values` frees (through aliases, as
+            `release` does)."""
+            return sum(
+                own[v] + (freeable(reads(v)) if _aliases(v) else 0)
+                for v in values
+                if holders[v] == 1
+            )
+
         def priority(node: Expr) -> tuple[bool, int, int, int]:
-            done = () if _aliases(node) else reads(node)
-            grown = own[node] - sum(own[o] for o in done if holders[o] == 1)
+            grown = own[node] - (0 if _aliases(node) else freeable(reads(node)))
             return grown > 0, -ahead[node], grown, rank[node]
 
         def release(values: tuple[Expr, ...]) -> int:
@@ -287,15 +295,16 @@ def _steps_to_roots(nodes, reads) -> dict[Expr, int]:
 
 
 def _aliases(node: Expr) -> bool:
-    """A Tuple, or a field of a tuple (TupleGetItem, the one op that reads one field of a tuple
-    whole, a tensor or a nested tuple; told from the types, as engines do not import op
-    modules): it copies nothing."""
+    """A Tuple, a field of a tuple (TupleGetItem, the one op that reads one field of a tuple
+    whole, a tensor or a nested tuple) or a tuple passed through whole (OptimizationBarrier,
+    whose result has its operand's type); told from the types, as engines do not import op
+    modules: it copies nothing."""
     if isinstance(node, Tuple):
         return True
     if not isinstance(node, Call) or isinstance(node.target, Function) or len(node.args) != 1:
         return False
     held = node.args[0].type
-    return isinstance(held, TupleType) and node.type in held.fields
+    return isinstance(held, TupleType) and (node.type == held or node.type in held.fields)
 
 
 def _loop_inputs(loop: GridRegionExpr) -> tuple[frozenset[Expr], tuple[Expr, ...]]:

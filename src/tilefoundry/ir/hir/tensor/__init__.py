@@ -11,6 +11,7 @@ from tilefoundry.ir.hir.tensor.dynamic_update_slice import DynamicUpdateSlice
 from tilefoundry.ir.hir.tensor.gather import Gather
 from tilefoundry.ir.hir.tensor.insert_slice import InsertSlice
 from tilefoundry.ir.hir.tensor.iota import Iota
+from tilefoundry.ir.hir.tensor.optimization_barrier import OptimizationBarrier
 from tilefoundry.ir.hir.tensor.pad import Pad
 from tilefoundry.ir.hir.tensor.reduce import Reduce, ReduceKind
 from tilefoundry.ir.hir.tensor.reshape import Reshape
@@ -38,6 +39,7 @@ __all__ = [
     "Gather",
     "InsertSlice",
     "Iota",
+    "OptimizationBarrier",
     "Pad",
     "Rank",
     "Reduce",
