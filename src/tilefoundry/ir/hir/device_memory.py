@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tilefoundry.ir.core import Call, Expr
-from tilefoundry.ir.hir.footprint import device_bytes, schedule_peak, size_text
+from tilefoundry.ir.hir.footprint import device_bytes, schedule_peak, size_bytes, size_text
 from tilefoundry.ir.hir.function import Function
 from tilefoundry.ir.hir.grid_region import GridRegionExpr
 
@@ -63,20 +63,15 @@ class DeviceMemory:
         )
 
 
-_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-
-
 def parse_size(text: str) -> int:
-    """Bytes from `80G`, `512M`, `1.5T`, `4096` (binary units; a trailing B is allowed)."""
-    spelled = text.strip().upper().removesuffix("B")
-    unit = spelled[-1] if spelled and spelled[-1] in _UNITS else ""
+    """A positive, finite `footprint.size_bytes` (`80G`, `512M`, `1.5T`, `4096`)."""
     try:
-        value = float(spelled[: len(spelled) - len(unit)])
+        value = size_bytes(text)
     except ValueError:
         value = float("nan")
     if not value > 0 or value == float("inf"):
         raise ValueError(f"expected a size such as 80G, 512M or 4096, got {text!r}")
-    return int(value * _UNITS[unit])
+    return int(value)
 
 
 def check_device_memory(fn: Any, bindings: Mapping[Any, int] | None, budget: int, caller: str):

@@ -64,15 +64,25 @@ memory_setting = _setting_reader()
 compare two readings for a change, parse with `memory_limit`."""
 
 
+def _spelled(text: str) -> str:
+    return text.strip().upper().removesuffix("B")
+
+
+def size_bytes(text: str) -> float:
+    """Bytes from `80G`, `512M`, `1.5T`, `4096` (binary units; a trailing B is allowed): the one
+    size syntax of TILEFOUNDRY_MEMORY_LIMIT and `run --device-memory`; ValueError otherwise."""
+    spelled = _spelled(text)
+    unit = spelled[-1] if spelled and spelled[-1] in _UNITS else ""
+    return float(spelled[: len(spelled) - len(unit)]) * _UNITS[unit]
+
+
 def memory_limit() -> int | None:
     """The bytes a run may use: the environment's setting, else physical memory (None when
     neither is known, which disables the check)."""
-    text = os.environ.get(MEMORY_ENV, "").strip().upper().removesuffix("B")
-    if text:
-        unit = text[-1] if text[-1] in _UNITS else ""
-        number = text[: len(text) - len(unit)]
+    text = os.environ.get(MEMORY_ENV, "")
+    if _spelled(text):
         try:
-            return int(float(number) * _UNITS[unit])
+            return int(size_bytes(text))
         except ValueError:
             raise EvalError(
                 f"{MEMORY_ENV}={os.environ[MEMORY_ENV]!r} is not a size; write bytes or a "
