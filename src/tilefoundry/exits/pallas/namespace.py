@@ -29,14 +29,20 @@ class KernelRef:
 
 
 class KernelNamespace:
-    """`kx` of a PALLAS rule; one per lowering (jax is imported on construction)."""
+    """`kx` of a PALLAS rule; one per lowering (jax is imported on construction).
 
-    def __init__(self) -> None:
+    `gpu`: the kernel is traced for a GPU backend (compiled, or interpreted with a backend named
+    so that a CPU run executes exactly what the GPU would). A rule, or a helper here, then
+    writes what the GPU lowerings have rules for (no gather, dynamic_slice, dynamic_update_slice
+    or slice of a value in registers); interpreted without a backend, the direct jnp forms."""
+
+    def __init__(self, gpu: bool = False) -> None:
         import jax.numpy as jnp
         from jax import lax
         from jax.experimental import pallas as pl
 
         self.jnp, self.lax, self.pl = jnp, lax, pl
+        self.gpu = gpu
 
     def scope(self, name: str) -> Any:
         """A named scope: the primitives traced inside it carry `name` on their name stack."""

@@ -64,14 +64,21 @@ class PallasKernel:
         lines += [f"  out {b.describe(mesh)}" for b in self.outputs]
         return "\n".join(lines) + "\n"
 
-    def call(self, interpret: bool, compiler_params: Any = None, traced: list | None = None):
+    def call(
+        self,
+        interpret: bool,
+        compiler_params: Any = None,
+        traced: list | None = None,
+        gpu: bool | None = None,
+    ):
         """The `pallas_call` (a jax-traceable function of the global arrays). A compiled call
         takes its GPU backend's `compiler_params` (`gpu_call`); `traced`, when given, collects
-        the KernelBody of each trace (whose scopes name the op calls)."""
+        the KernelBody of each trace (whose scopes name the op calls). `gpu` (by default: not
+        interpreted) traces the rules' GPU forms (`KernelNamespace.gpu`)."""
         import jax
         from jax.experimental import pallas as pl
 
-        kx = KernelNamespace()
+        kx = KernelNamespace(gpu=not interpret if gpu is None else gpu)
         mesh_shape = tuple(self.mesh.shape) if self.mesh is not None else ()
         n_in = len(self.inputs) + len(self.constants)
         n_params = len(self.inputs)
@@ -229,7 +236,7 @@ def run_pallas(
         import jax
 
         compiled = kernel.gpu_call(backend) if backend is not None else None  # refusals
-        call = kernel.call(interpret=True) if interpret else compiled
+        call = kernel.call(interpret=True, gpu=backend is not None) if interpret else compiled
         entry = _CALLS.put(key, (kernel, jax.jit(call)), owner=fn)
     kernel, call = entry
     outputs = [np.asarray(o) for o in call(*checked, *kernel.constant_arrays())]
