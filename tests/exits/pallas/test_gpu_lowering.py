@@ -216,11 +216,12 @@ def _narrowed(value, dtype):
     return value if narrow is None else Call(Cast(dtype=DType.from_name(narrow)), (value,))
 
 
-def _one_op_kernel(name: str, sample):
+def _one_op_kernel(name: str, sample, loaded: bool = False):
     """The sample's op applied to gmem parameters (a tuple operand built from one parameter per
     field). The exit refuses 64-bit values at the kernel boundary, so a 64-bit operand is a
     32-bit parameter cast up inside the kernel, and a 64-bit result is cast down before it
-    leaves."""
+    leaves. `loaded`: every operand goes through a Cast first, so the op reads values in
+    registers (what it sees inside a fused kernel), not its parameters' Refs."""
     from tilefoundry.analysis import TypeInferContext
     from tilefoundry.ir.core import Call, Tuple, Var
     from tilefoundry.ir.hir import Function
@@ -238,7 +239,9 @@ def _one_op_kernel(name: str, sample):
             param = Var(f"x{i}_{j}", TensorType(field.shape, narrow))
             params.append(param)
             leaves.append(
-                param if narrow == field.dtype else Call(Cast(dtype=field.dtype), (param,))
+                param
+                if narrow == field.dtype and not loaded
+                else Call(Cast(dtype=field.dtype), (param,))
             )
         args.append(Tuple(tuple(leaves)) if isinstance(operand, TupleOperand) else leaves[0])
     call = Call(sample.op_for(None), tuple(args))
@@ -251,8 +254,8 @@ def _one_op_kernel(name: str, sample):
     return Function(name, tuple(params), body, TypeInferContext().infer(body))
 
 
-def _one_op_kernels():
-    """One kernel per validation sample of every op with a PALLAS rule."""
+def _one_op_kernels(loaded: bool = False):
+    """One kernel per validation sample of every op with a PALLAS rule (`_one_op_kernel`)."""
     from tilefoundry.rules import PALLAS, VALIDATION_SAMPLES
 
     for cls in sorted(PALLAS.registered(), key=lambda c: c.__name__):
@@ -262,8 +265,9 @@ def _one_op_kernels():
         for index, sample in enumerate([] if isinstance(samples, str) else samples):
             if callable(sample.op) and not hasattr(sample.op, "params"):
                 continue
-            fn = _one_op_kernel(f"{cls.__name__}_{index}", sample)
-            yield pytest.param(fn, id=f"{cls.__name__}-{index}-{sample.label}")
+            fn = _one_op_kernel(f"{cls.__name__}_{index}", sample, loaded)
+            where = "values" if loaded else "refs"
+            yield pytest.param(fn, id=f"{cls.__name__}-{index}-{where}-{sample.label}")
 
 
 LOWERED_BUT_NOT_COMPILED = ("jax-ml/jax#20051",)
@@ -272,7 +276,7 @@ machine fails on it; a CPU machine cannot show it)."""
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fn", list(_one_op_kernels()))
+@pytest.mark.parametrize("fn", [*_one_op_kernels(), *_one_op_kernels(loaded=True)])
 def test_every_op_rule_lowers_through_triton_or_is_refused_as_jax_would_fail(fn):
     """Issue 27 done-when: every op's Pallas rule lowers for CUDA with Triton, or is refused up
     front for a reason that holds — the same kernel lowered without the checks fails in jax."""
