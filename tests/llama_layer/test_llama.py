@@ -346,3 +346,30 @@ def test_check_command_points_at_the_wrong_line(tmp_path):
     assert done.returncode != 0
     assert f"{path}:{line}:{col}" in done.stderr + done.stdout
     assert _fix("rhs") in done.stderr + done.stdout
+
+
+# ---- a tensor-parallel mesh of one device ---------------------------------------------------
+
+
+def _on_one_device(name: str):
+    """The example with its tp mesh resized to one device (a one-GPU machine's mesh)."""
+    declared = 'TP = make_mesh((8,), ("tp",))'
+    source = cases.EXAMPLE.read_text(encoding="utf-8")
+    assert declared in source
+    resized = source.replace(declared, 'TP = make_mesh((1,), ("tp",))')
+    return parse_source(resized, str(cases.EXAMPLE))[name]
+
+
+@pytest.mark.parametrize("name", ["llama_tp", "llama_sp"])
+def test_a_one_device_tp_mesh_types_runs_and_equals_numpy(name):
+    """A mesh axis of extent 1 splits nothing: the layer types as on 8 devices (the head-split
+    Reshape keeps its Split; hir Reshape), simulates, and runs on one XLA device."""
+    pytest.importorskip("jax", reason="the XLA exit needs jax[lib]")
+    from tilefoundry.exits.runtimes.xla import run_xla
+
+    fn = _on_one_device(name)
+    verify(fn)
+    arrays = cases.inputs(name)
+    want = cases.expected(name, arrays)
+    cases.assert_matches(evaluate(fn, *arrays), want, f"{name} simulated on one device")
+    cases.assert_matches(run_xla(fn, *arrays, devices=1), want, f"{name} on one XLA device")

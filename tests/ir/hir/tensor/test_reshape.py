@@ -19,6 +19,7 @@ from tilefoundry.rules import EVAL
 
 X = make_mesh((4,), ("x",))
 XY = make_mesh((2, 4), ("x", "y"))
+ONE = make_mesh((1,), ("tp",))
 # Simulated-only meshes: the seed's merge "in either direction" keeps an inner Split there; on a
 # device mesh (X, XY) such a merge is refused when checked (module doc of reshape, issue 28).
 WARPS = make_mesh((4,), ("x",), topology="warp")
@@ -88,6 +89,14 @@ CASES = [
      r"split by mesh axis 0 \('x'\), mesh axis 1 \('y'\), which becomes an inner factor"),
     ("view: one axis on two mesh axes", sharded((16, 8), XY, S(0), S(0)), (128,),
      sharded((128,), XY, S(0), S(0))),
+    # A mesh axis of extent 1 splits a layout position of extent 1: the Split lands where it
+    # would on a larger mesh (the heads of a one-device tensor-parallel layer), not refused.
+    ("view: one-device mesh, split axis divides", sharded((2, 64), ONE, S(1)), (2, 8, 8),
+     laid_out((2, 8, 8), (2, 1, 8, 8), (64, 64, 8, 1), ONE, S(1))),
+    ("one-device mesh: inner Split merged, as on any device mesh", sharded((8, 2), ONE, S(1)),
+     (16,), r"folds an unsplit axis over the split by mesh axis 0 \('tp'\)"),
+    ("view: one-device mesh, trailing", sharded((4, 1), ONE, S(1)), (4,),
+     sharded((4,), ONE, S(0))),
     # hir Reshape case 1: size-1 axes insert/drop freely and hold no sharding
     ("view: insert size-1", sharded((16, 8), X, S(0)), (16, 1, 8), sharded((16, 1, 8), X, S(0))),
     ("view: drop size-1", sharded((16, 1, 8), X, S(0)), (16, 8), sharded((16, 8), X, S(0))),
@@ -130,7 +139,7 @@ CASES = [
     ("per-instance strides", laid_out((16, 8), (4, 4, 8), (0, 8, 1), X, S(0)), (4, 4, 1, 8),
      laid_out((4, 4, 1, 8), (4, 4, 1, 8), (0, 8, 0, 1), X, S(0))),
     # a Split of a mesh axis of extent 1 is refused (conservative)
-    ("unit Split", sharded((1, 8), make_mesh((1,), ("u",)), S(0)), (8,), r"extent 1"),
+    ("unit Split", sharded((1, 8), ONE, S(0)), (8,), sharded((8,), ONE, S(0))),
 ]  # fmt: skip
 
 

@@ -165,6 +165,11 @@ def _regroup(pieces: list[_Piece], free: frozenset[int], new_shape: tuple) -> li
             run.append(outer)
             product = target
         runs.append(run or [_Piece(1, 0, None, "unit")])
+    if runs and all(is_value(p.extent, 1) for p in queue):
+        # Bound positions of extent 1 after the last one of extent > 1: outermost in the last
+        # axis, where a Split is canonical (any place holds the same elements).
+        runs[-1][:0] = queue
+        queue = []
     if queue:
         raise _NotAView("positions are left over after the last new axis")
     return runs
@@ -270,13 +275,13 @@ def _output_layout(op: Reshape, x: TensorType, new_shape: tuple) -> ShardLayout 
     bound = split_positions(sl)
     free = _free_positions(x, extents, bound)
     try:
-        for k in bound:
-            if is_value(extents[k], 1):
-                raise _NotAView(f"layout position {k} is split by a mesh axis of extent 1")
+        # A position of extent 1 is dropped, unless a mesh axis (of extent 1) splits it: that
+        # Split must land on some new axis, as it would for a larger mesh (a one-device mesh
+        # types the program as the same program on more devices).
         pieces = [
             _Piece(e, None if strides is None else strides[k], k, "whole")
             for k, e in enumerate(extents)
-            if not is_value(e, 1)
+            if not is_value(e, 1) or k in bound
         ]
         runs = _regroup(pieces, free, new_shape)
         _check_block_divide(runs, bound, free)
