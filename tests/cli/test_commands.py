@@ -46,6 +46,14 @@ def test_every_example_runs_and_agrees_with_the_oracle(cli, name):
     assert "Traceback" not in done.stderr
 
 
+def test_a_loss_over_token_ids_runs_on_random_tokens(cli):
+    """GPT-2's loss gathers its embedding rows at the token ids: the random tokens are drawn
+    inside the vocabulary (not refused by Gather as out of range)."""
+    done = cli("run", "examples/gpt2.py", "--func", "gpt2_loss")
+    assert done.returncode == 0, done.stderr
+    assert "agrees, max |diff|" in done.stdout
+
+
 def test_check_reports_every_function(cli):
     done = cli("check", "examples/dispatch_kernel.py")
     assert done.returncode == 0, done.stderr

@@ -95,3 +95,22 @@ def test_the_summary_statistics_need_only_blocks():
         (wide.mean(), wide.std(), wide.min(), wide.max()), rel=1e-9, abs=1e-9
     )
     assert peak <= SCRATCH
+
+
+def test_a_parameter_used_as_an_index_is_drawn_inside_the_axis_it_indexes():
+    """Gather and ScatterAdd refuse an index outside [0, extent) (hir tensor Gather); a random
+    run draws such a parameter inside the smallest extent it indexes (a DimVar's bound one), the
+    other integers as before (negative ones included)."""
+    fn = parse_source(
+        "from tilefoundry import DimVar, Tensor, func\nfrom tilefoundry.dsl import tf\n\n"
+        'V = DimVar("V", 1, 64)\n\n'
+        "@func\n"
+        'def f(table: Tensor[(V, 4), "f32"], small: Tensor[(3, 4), "f32"],\n'
+        '      ids: Tensor[(500,), "i32"], other: Tensor[(500,), "i32"]):\n'
+        "    return tf.gather(table, ids, axis=0), tf.gather(small, ids, axis=0), other\n",
+        "draw.py",
+    )["f"]
+    for seed in range(5):
+        _, _, ids, other = random_inputs(fn, {"V": 5}, np.random.default_rng(seed))
+        assert ids.min() >= 0 and ids.max() <= 2 and len(np.unique(ids)) == 3
+        assert other.min() < 0

@@ -24,9 +24,11 @@ from tilefoundry.cli.signals import Interrupted
 from tilefoundry.errors import VerifyError
 from tilefoundry.frontend import parse_source
 from tilefoundry.frontend.source import program_exit_error
-from tilefoundry.ir.core import Module, SourceSpan
+from tilefoundry.ir.core import Call, Module, SourceSpan, Var
+from tilefoundry.ir.core.graph import iter_nodes
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.types import TensorType, is_static
+from tilefoundry.rules import INDEX_RANGE
 
 
 @dataclass(frozen=True)
@@ -226,10 +228,12 @@ integer) is wider than most parameters', so only one block of it is ever alive."
 
 def random_inputs(fn: Function, bound: dict[str, int], rng: np.random.Generator) -> list:
     """One array per parameter, drawn from its type: floats ~ N(0, 1) scaled down so deep
-    programs stay finite, integers in a small range, booleans fair. Each array is allocated
-    in its own dtype and filled a block at a time (the same values as one whole draw), so
-    drawing needs no more memory than the inputs themselves."""
+    programs stay finite, integers in a small range (a parameter the body uses as an index, in
+    the range it indexes: `index_extents`), booleans fair. Each array is allocated in its own
+    dtype and filled a block at a time (the same values as one whole draw), so drawing needs no
+    more memory than the inputs themselves."""
     arrays = []
+    extents = index_extents(fn, bound)
     for param in fn.params:
         type_ = param.type
         if not isinstance(type_, TensorType):
@@ -238,7 +242,7 @@ def random_inputs(fn: Function, bound: dict[str, int], rng: np.random.Generator)
             )
         array = np.empty(concrete_shape(type_, bound), dtype=type_.dtype.to_numpy())
         flat = array.reshape(-1)
-        draw = _drawer(type_.dtype, rng)
+        draw = _drawer(type_.dtype, rng, extents.get(param))
         for start in range(0, flat.size, DRAW_CHUNK):
             block = flat[start : start + DRAW_CHUNK]
             block[...] = draw(block.size)
@@ -246,9 +250,29 @@ def random_inputs(fn: Function, bound: dict[str, int], rng: np.random.Generator)
     return arrays
 
 
-def _drawer(dtype, rng: np.random.Generator):
+def index_extents(fn: Function, bound: dict[str, int]) -> dict[Var, int]:
+    """Each parameter the body passes straight to an op's index operand (INDEX_RANGE: Gather's
+    and ScatterAdd's indices), with the smallest extent it indexes (its DimVars bound)."""
+    extents: dict[Var, int] = {}
+    params = set(fn.params)
+    for node in iter_nodes(fn.body):
+        if not isinstance(node, Call) or not INDEX_RANGE.has(type(node.target)):
+            continue
+        types = [arg.type for arg in node.args]
+        for position, extent in INDEX_RANGE.lookup(type(node.target))(node.target, types).items():
+            arg = node.args[position]
+            name = getattr(extent, "name", None)
+            extent = int(extent) if is_static(extent) else bound.get(name)
+            if arg in params and extent:
+                extents[arg] = min(extent, extents.get(arg, extent))
+    return extents
+
+
+def _drawer(dtype, rng: np.random.Generator, index_extent: int | None = None):
     if dtype.is_bool:
         return lambda n: rng.random(n) < 0.5
+    if dtype.is_int and index_extent is not None:
+        return lambda n: rng.integers(0, index_extent, size=n)
     if dtype.is_int:
         low = 0 if dtype.is_unsigned else -8
         return lambda n: rng.integers(low, 8, size=n)

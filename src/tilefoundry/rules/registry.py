@@ -140,6 +140,11 @@ ZERO_COTANGENT = Registry("zero cotangent")
 """`rule() -> str`: the op's outputs carry no cotangent (integer, bool or shape results), with the
 reason; the transform stops there, as JAX does for integer outputs."""
 
+INDEX_RANGE = Registry("index range")
+"""`rule(op, arg_types) -> {operand position: extent}`: the operands whose values index an axis
+and must lie in [0, extent) (the evaluator refuses any other, `check_index_range`), so that
+`tilefoundry run` draws a parameter passed there inside that range."""
+
 _BY_KIND = {
     r.kind: r
     for r in (
@@ -157,6 +162,7 @@ _BY_KIND = {
         VALIDATION_SAMPLES,
         VJP,
         ZERO_COTANGENT,
+        INDEX_RANGE,
     )
 }
 
@@ -170,6 +176,7 @@ register_sharded_eval = SHARDED_EVAL.register
 register_spmd_lowering = SPMD_LOWERING.register
 register_validation_samples = VALIDATION_SAMPLES.register
 register_pallas_sharded = PALLAS_SHARDED.register
+register_index_range = INDEX_RANGE.register
 
 
 def register_vjp(cls: type, *, takes_pending: bool = False) -> Callable[[R], R]:

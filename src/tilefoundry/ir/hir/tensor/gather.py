@@ -54,6 +54,7 @@ from tilefoundry.rules import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_index_range,
     register_pallas,
     register_pallas_sharded,
     register_sharded_eval,
@@ -251,6 +252,12 @@ def _typeinfer(op: Gather, arg_types, ctx) -> TensorType:
 
 
 register_access_relation(Gather)(NO_AFFINE_RELATION)
+
+
+@register_index_range(Gather)
+def _index_range(op: Gather, arg_types) -> dict[int, object]:
+    x = arg_types[0]
+    return {1: x.shape[op.axis % x.rank]}
 
 
 @register_eval(Gather)

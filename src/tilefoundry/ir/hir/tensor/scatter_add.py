@@ -44,6 +44,7 @@ from tilefoundry.rules import (
     register_access_relation,
     register_eval,
     register_fusion_kind,
+    register_index_range,
     register_sharded_eval,
     register_spmd_lowering,
     register_stablehlo,
@@ -118,6 +119,12 @@ def _add_at(op: ScatterAdd, x, indices, updates, out_dtype) -> np.ndarray:
         return out
 
     return compute_in_f32(add_at, out_dtype, x, updates)
+
+
+@register_index_range(ScatterAdd)
+def _index_range(op: ScatterAdd, arg_types) -> dict[int, object]:
+    x = arg_types[0]
+    return {1: x.shape[op.axis % x.rank]}
 
 
 @register_eval(ScatterAdd)
