@@ -423,6 +423,97 @@ def cast_cases(draw):
     )
 
 
+@st.composite
+def where_cases(draw):
+    """A fixed random mask, broadcast against both branches (torch broadcasting, as Binary)."""
+    full = _shape(draw)
+    suffix = full[draw(st.integers(0, len(full))) :]
+    mask_shape, x_shape, y_shape = (
+        tuple(1 if draw(st.booleans()) else d for d in full[k:])
+        for k in (draw(st.integers(0, len(full))), 0, len(full) - len(suffix))
+    )
+    mask = np.random.default_rng(draw(st.integers(0, 2**16))).random(mask_shape) < 0.5
+    return Case(
+        f"where {mask_shape} {x_shape} {y_shape}",
+        (Input(mask_shape, "bool", value=mask), _f(*x_shape), _f(*y_shape)),
+        tf.where,
+        lambda j, c, x, y: j.where(c, x, y),
+    )
+
+
+@st.composite
+def dynamic_slice_cases(draw):
+    """A window at `scale * start + offset`, the start sometimes past the end (clamped into
+    [0, extent - size], as StableHLO's dynamic_slice: the cotangent lands where it read)."""
+    shape = _shape(draw)
+    axis = draw(st.integers(0, len(shape) - 1))
+    size = draw(st.integers(1, shape[axis]))
+    scale, offset, start = draw(st.integers(1, 2)), draw(st.integers(0, 2)), draw(DIM)
+    attrs = {"axis": axis, "size": size, "scale": scale, "offset": offset}
+    at = min(max(scale * start + offset, 0), shape[axis] - size)
+    return Case(
+        f"dynamic_slice {shape} {attrs} start {start}",
+        (_f(*shape), Input((), "i32", value=np.array(start, np.int32))),
+        lambda x, i: tf.dynamic_slice(x, i, **attrs),
+        lambda j, x, i: j.take(x, j.arange(at, at + size), axis=axis),
+    )
+
+
+@st.composite
+def insert_slice_cases(draw):
+    """An update written into a window of dst at runtime offsets (inside dst: the reference
+    refuses others): dst's cotangent is zero in the window, update's is the window's."""
+    shape = _shape(draw)
+    window = tuple(draw(st.integers(1, d)) for d in shape)
+    offsets = tuple(draw(st.integers(0, d - w)) for d, w in zip(shape, window, strict=True))
+    index = tuple(slice(o, o + w) for o, w in zip(offsets, window, strict=True))
+    scalars = tuple(Input((), "i32", value=np.array(o, np.int32)) for o in offsets)
+    return Case(
+        f"insert_slice {window} into {shape} at {offsets}",
+        (_f(*shape), _f(*window), *scalars),
+        lambda d, u, *at: tf.insert_slice(d, u, Tuple(at)),
+        lambda j, d, u, *at: d.at[index].set(u),
+    )
+
+
+@st.composite
+def cache_update_cases(draw):
+    """`new[:, :s]` written into `cache[:, pos:pos + s]` (hir CacheUpdate), pos and s data."""
+    batch, heads, dim = draw(DIM), draw(DIM), draw(DIM)
+    length, new_len = draw(st.integers(2, 6)), draw(st.integers(1, 3))
+    count = draw(st.integers(1, min(new_len, length)))
+    pos = draw(st.integers(0, length - count))
+    scalars = tuple(Input((), "i32", value=np.array(v, np.int32)) for v in (pos, count))
+    return Case(
+        f"cache_update [{batch}, {length}, {heads}, {dim}] at {pos}, {count} of {new_len}",
+        (_f(batch, length, heads, dim), scalars[0], scalars[1], _f(batch, new_len, heads, dim)),
+        tf.cache_update,
+        lambda j, c, p, n, new: c.at[:, pos : pos + count].set(new[:, :count]),
+    )
+
+
+@st.composite
+def rope_cases(draw):
+    """Rotate-half RoPE of q and k (different leading axes) at random cache rows."""
+    seq, half, max_pos = draw(DIM), draw(st.integers(1, 3)), draw(st.integers(1, 6))
+    q_lead, k_lead = _shape(draw, 0, 2), _shape(draw, 0, 2)
+    positions = np.random.default_rng(draw(st.integers(0, 2**16))).integers(0, max_pos, seq)
+    table = (max_pos, 2 * half)
+
+    def rotated(j, x, cos, sin):
+        turned = j.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+        return x * cos[positions] + turned * sin[positions]
+
+    branches = (_f(*q_lead, seq, 2 * half), _f(*k_lead, seq, 2 * half))
+    index = Input((seq,), "i32", value=positions.astype(np.int32))
+    return Case(
+        f"rope q {branches[0].shape} k {branches[1].shape} at {positions.tolist()}",
+        (*branches, _f(*table), _f(*table), index),
+        tf.rope,
+        lambda j, q, k, cos, sin, p: (rotated(j, q, cos, sin), rotated(j, k, cos, sin)),
+    )
+
+
 STRATEGIES = {
     "cast": cast_cases(),
     "unary": unary_cases(),
@@ -440,6 +531,11 @@ STRATEGIES = {
     "norms": norm_cases(),
     "gather and scatter_add": gather_scatter_cases(),
     "clamp": clamp_cases(),
+    "where": where_cases(),
+    "dynamic_slice": dynamic_slice_cases(),
+    "insert_slice": insert_slice_cases(),
+    "cache_update": cache_update_cases(),
+    "rope": rope_cases(),
 }
 
 
