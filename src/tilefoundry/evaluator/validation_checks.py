@@ -110,33 +110,12 @@ class Settings:
 # -- states and types --------------------------------------------------------------------------
 
 
-def _slots(sample: Sample) -> list[Operand]:
-    """The sample's tensor operands in order, tuple fields flattened (each varies alone)."""
-    return [f for o in sample.operands for f in (o.fields if hasattr(o, "fields") else (o,))]
-
-
-def _nest(sample: Sample, leaves: Sequence, group=tuple) -> tuple:
-    """`leaves` (one per slot) regrouped into the sample's operand structure; `group` builds a
-    tuple operand (TupleType for types, a Python tuple for values)."""
-    values, rest = [], list(leaves)
-    for operand in sample.operands:
-        if hasattr(operand, "fields"):
-            values.append(group(tuple(rest.pop(0) for _ in operand.fields)))
-        else:
-            values.append(rest.pop(0))
-    return tuple(values)
-
-
-def _nest_types(sample: Sample, types: Sequence[Type]) -> tuple:
-    return _nest(sample, types, TupleType)
-
-
 def _axis_states(rank: int, states: str, reductions: Sequence[str]) -> list:
     placed = [B, *(Split(k) for k in range(rank))]
     return placed + [P(r) for r in reductions] if states == "all" else placed
 
 
-def _slot_options(
+def slot_options(
     slot: Operand, mesh: Mesh, reductions: Sequence[str]
 ) -> list[tuple[tuple | None, Type]]:
     """Each input state of one operand that is a valid type on `mesh`, with that type."""
@@ -156,7 +135,7 @@ def _slot_options(
 
 def _combinations(sample: Sample, mesh: Mesh, settings: Settings, rng) -> list[tuple]:
     """Every input-state combination, or a seeded subset of `settings.cap(mesh)` of them."""
-    options = [_slot_options(slot, mesh, settings.reductions) for slot in _slots(sample)]
+    options = [slot_options(slot, mesh, settings.reductions) for slot in sample.slots()]
     combos = list(product(*options))
     if len(combos) <= settings.cap(mesh):
         return combos
@@ -193,7 +172,7 @@ def type_state(type_: Type) -> str:
 # -- execution and comparison --------------------------------------------------------------------
 
 
-def _close(got: np.ndarray, want: np.ndarray, floor: float = 0.0) -> str | None:
+def mismatch(got: np.ndarray, want: np.ndarray, floor: float = 0.0) -> str | None:
     """None when `got` matches `want` within the dtype's tolerance (at least `floor`), else
     what differs."""
     got, want = np.asarray(got), np.asarray(want)
@@ -227,12 +206,12 @@ def _refutation(result, truth, floor: float = 0.0) -> str | None:
             shards = list(result.shards.values())
             if not all(same_values(shards[0], s) for s in shards[1:]):
                 return "the plain result differs across devices"
-            return _close(shards[0], truth, floor)
+            return mismatch(shards[0], truth, floor)
         try:
             result = gather(result, "validator", complete_partials=True)
         except Exception as err:
             return f"the shards do not complete to the claimed state: {type(err).__name__}: {err}"
-    return _close(result, truth, floor)
+    return mismatch(result, truth, floor)
 
 
 def _addend_rounding(combo) -> float:
@@ -328,7 +307,7 @@ class SampleRun:
         self.name, self.label, self.sample, self.mesh = name, label, sample, mesh
         self.settings, self.report = settings, report
         self.tally = report.tallies.setdefault(name, Tally())
-        self.slots = _slots(sample)
+        self.slots = sample.slots()
         self.mesh_text = "x".join(str(e) for e in mesh.shape)
 
     def finding(self, combo, claimed: str, detail: str) -> Finding:
@@ -343,7 +322,7 @@ class SampleRun:
         plain = [plain_type(s.shape, s.dtype) for s in self.slots]
         op = self.sample.op_for(self.mesh)
         try:
-            self.ref_type = typeinfer_call(op, *_nest_types(self.sample, plain))
+            self.ref_type = typeinfer_call(op, *self.sample.nest(plain, TupleType))
             unsharded = _unplaced(self.ref_type)
             for attempt in range(REDRAWS):
                 rng = _rng(self.settings.seed, self.name, self.label, attempt)
@@ -352,7 +331,7 @@ class SampleRun:
                 ]
                 truth = _global(
                     run_op(
-                        op, _nest_types(self.sample, plain), unsharded, _nest(self.sample, values)
+                        op, self.sample.nest(plain, TupleType), unsharded, self.sample.nest(values)
                     )
                 )
                 if not self.slots or not any(is_uninformative(t) for t in _leaves(truth)):
@@ -364,7 +343,7 @@ class SampleRun:
             return None
         flipped = [sign_flipped(v, s.domain) for v, s in zip(values, self.slots, strict=True)]
         flipped_truth = _global(
-            run_op(op, _nest_types(self.sample, plain), unsharded, _nest(self.sample, flipped))
+            run_op(op, self.sample.nest(plain, TupleType), unsharded, self.sample.nest(flipped))
         )
         return [(values, truth), (flipped, flipped_truth)]
 
@@ -380,14 +359,14 @@ class SampleRun:
                 else MeshValue(self.mesh, type_, value.shape, place(value, type_, index, rng))
                 for index, ((attrs, type_), value) in enumerate(zip(combo, values, strict=True))
             ]
-            result.append((_nest(self.sample, leaves), truth))
+            result.append((self.sample.nest(leaves), truth))
         return result
 
     def check(self, combo, out_type, placed) -> tuple[str, str | None]:
         """("ok"|"refuted"|"unexecutable", detail) over both variants."""
         op, arg_types = (
             self.sample.op_for(self.mesh),
-            _nest_types(self.sample, [t for _, t in combo]),
+            self.sample.nest([t for _, t in combo], TupleType),
         )
         for flip, (args, truth) in enumerate(placed):
             execute = partial(run_op, op, arg_types, out_type, args)
@@ -406,7 +385,8 @@ class SampleRun:
             self.tally.combinations += 1
             try:
                 claimed = typeinfer_call(
-                    self.sample.op_for(self.mesh), *_nest_types(self.sample, [t for _, t in combo])
+                    self.sample.op_for(self.mesh),
+                    *self.sample.nest([t for _, t in combo], TupleType),
                 )
             except VerifyError:
                 self.tally.rejected += 1

@@ -29,10 +29,9 @@ from tilefoundry.evaluator.interpreter import Interpreter, evaluate
 from tilefoundry.evaluator.validation_checks import (
     SampleRun,
     _addend_rounding,
-    _nest,
     _rng,
-    _slot_options,
     judged,
+    slot_options,
     type_state,
 )
 from tilefoundry.evaluator.validation_inputs import (
@@ -58,7 +57,7 @@ def one_op_program(sample, op, types: Sequence[Type]) -> Function:
     """`op` applied to one parameter per operand slot (tuple operands rebuilt from their
     fields), typed by typeinfer; raises VerifyError when typeinfer rejects the types."""
     params = tuple(Var(f"a{i}", t) for i, t in enumerate(types))
-    body = Call(op, _nest(sample, params, lambda fields: Tuple(tuple(fields))))
+    body = Call(op, sample.nest(params, lambda fields: Tuple(tuple(fields))))
     return Function("one_op", params, body, TypeInferContext().infer(body))
 
 
@@ -167,7 +166,7 @@ class VjpSampleRun(SampleRun):
         draw of `_TRIED`), each typed by the forward's typeinfer; the accepted ones until
         `settings.cap(mesh)` of them. Capping after typeinfer rather than before keeps ops with
         many operands and few accepted states (RoPE, Conv2D) from drawing none."""
-        options = [_slot_options(slot, self.mesh, self.settings.reductions) for slot in self.slots]
+        options = [slot_options(slot, self.mesh, self.settings.reductions) for slot in self.slots]
         extents = [len(o) for o in options]
         total = math.prod(extents)
         order = rng.permutation(total) if total <= _TRIED else rng.choice(total, _TRIED, False)

@@ -11,8 +11,9 @@ because each kind carries its own commutation rule; `ci=False` samples run only 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tilefoundry.ir.core import Op
 from tilefoundry.ir.types import DType, f32, i64
@@ -79,6 +80,21 @@ class Sample:
 
     def op_for(self, mesh: Mesh | None) -> Op:
         return self.op if isinstance(self.op, Op) else self.op(mesh)
+
+    def slots(self) -> list[Operand]:
+        """The tensor operands in order, tuple fields flattened (each varies alone)."""
+        return [f for o in self.operands for f in (o.fields if hasattr(o, "fields") else (o,))]
+
+    def nest(self, leaves: Sequence, group: Callable[[tuple], Any] = tuple) -> tuple:
+        """`leaves` (one per slot) regrouped into the operand structure; `group` builds a tuple
+        operand (TupleType for types, Tuple for IR values, a Python tuple for arrays)."""
+        values, rest = [], list(leaves)
+        for operand in self.operands:
+            if hasattr(operand, "fields"):
+                values.append(group(tuple(rest.pop(0) for _ in operand.fields)))
+            else:
+                values.append(rest.pop(0))
+        return tuple(values)
 
 
 def operand(*shape: int, dtype: DType = f32, domain: Domain = REAL, states: str = "all") -> Operand:

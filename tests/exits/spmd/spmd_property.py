@@ -37,9 +37,8 @@ from tilefoundry.evaluator.validate import catalog_samples
 from tilefoundry.evaluator.validation_checks import (
     REDUCTIONS,
     Settings,
-    _close,
-    _slot_options,
-    _slots,
+    mismatch,
+    slot_options,
     state_text,
     type_state,
 )
@@ -157,7 +156,7 @@ def _extremum(combo) -> bool:
 
 def _cases_for(name: str, samples: list[Sample], mesh: Mesh, rng, skipped: Counter) -> list[Case]:
     wanted = PER_OP[mesh.rank]
-    options = [[_slot_options(slot, mesh, REDUCTIONS) for slot in _slots(s)] for s in samples]
+    options = [[slot_options(slot, mesh, REDUCTIONS) for slot in s.slots()] for s in samples]
     seen, found = set(), []
     for attempt in range(wanted * TRIES_PER_CASE):
         if len(found) == wanted:
@@ -172,7 +171,7 @@ def _cases_for(name: str, samples: list[Sample], mesh: Mesh, rng, skipped: Count
         seen.add(key)
         op = sample.op_for(mesh)
         try:
-            typeinfer_call(op, *_nest(sample, [t for _, t in combo], TupleType))
+            typeinfer_call(op, *sample.nest([t for _, t in combo], TupleType))
         except VerifyError:
             continue
         if _extremum(combo):
@@ -180,16 +179,6 @@ def _cases_for(name: str, samples: list[Sample], mesh: Mesh, rng, skipped: Count
             continue
         found.append(Case(name, sample.label or "sample", sample, mesh, combo))
     return found
-
-
-def _nest(sample: Sample, leaves, group=tuple) -> tuple:
-    values, rest = [], list(leaves)
-    for operand in sample.operands:
-        if hasattr(operand, "fields"):
-            values.append(group(tuple(rest.pop(0) for _ in operand.fields)))
-        else:
-            values.append(rest.pop(0))
-    return tuple(values)
 
 
 # ---- building the program of one case -------------------------------------------------------
@@ -273,7 +262,7 @@ def build(case: Case, index: int, seed: int) -> tuple[list, list[Expr]]:
     rng = _rng(seed, case.text, "values")
     params, args = [], []
     for slot_index, ((attrs, type_), slot) in enumerate(
-        zip(case.combo, _slots(case.sample), strict=True)
+        zip(case.combo, case.sample.slots(), strict=True)
     ):
         name = f"c{index}_{slot_index}"
         if attrs is not None and any(isinstance(a, Partial) for a in attrs):
@@ -285,7 +274,7 @@ def build(case: Case, index: int, seed: int) -> tuple[list, list[Expr]]:
         value = draw_truth(slot.shape, slot.dtype.to_numpy(), slot.domain, rng)
         params.append((var, value))
         args.append(var)
-    nested = _nest(case.sample, args, lambda fields: _typed(Tuple(fields)))
+    nested = case.sample.nest(args, lambda fields: _typed(Tuple(fields)))
     call = _typed(Call(case.sample.op_for(case.mesh), nested))
     return params, _completed(call)
 
@@ -321,7 +310,7 @@ def _disagreement(got: tuple, want: tuple) -> str | None:
         g, w = np.asarray(g), np.asarray(w)
         if g.dtype != w.dtype:
             return f"result {i}: dtype {g.dtype} != {w.dtype}"
-        why = _close(g, w)
+        why = mismatch(g, w)
         if why:
             return f"result {i}: {why}"
     return None
