@@ -10,7 +10,7 @@ differentiates, so a refusal in the backward points at the user's line.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
@@ -144,6 +144,17 @@ class Builder:
             return value
         attrs = (B,) * layout.mesh.rank
         return self.reshard(value, ShardLayout(Layout(layout.shape), attrs, layout.mesh))
+
+    def accepted(self, build: Callable[..., Expr], *operands: Expr) -> Expr:
+        """`build(*operands)` in the operands' own states where the op's typing accepts them,
+        else from their replicated forms: for a cotangent op that takes fewer operand states
+        than the forward op did (a contraction over a split channel, a regroup that would leave
+        a strided share). Typeinfer decides, so which states an op takes is stated once, in its
+        rule, not again here."""
+        try:
+            return build(*operands)
+        except VerifyError:
+            return build(*(self.replicated(value) for value in operands))
 
     def reshard(self, value: Expr, layout: ShardLayout, storage: StorageKind | None = None) -> Expr:
         """`value` moved to `layout` (the collective its type change implies); a umat value is

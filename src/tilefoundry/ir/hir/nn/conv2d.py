@@ -308,10 +308,9 @@ def _regrouped(ad, value, groups: int, split: tuple, order: tuple, shape: tuple)
     tf = ad.tf
     if groups == 1:
         return tf.transpose(value, (1, 0, 2, 3))
-    try:
-        return tf.reshape(tf.transpose(tf.reshape(value, split), order), shape)
-    except VerifyError:
-        return tf.reshape(tf.transpose(tf.reshape(ad.replicated(value), split), order), shape)
+    return ad.accepted(
+        lambda v: tf.reshape(tf.transpose(tf.reshape(v, split), order), shape), value
+    )
 
 
 def _convolved(ad, x, weight, **attributes):
@@ -319,10 +318,7 @@ def _convolved(ad, x, weight, **attributes):
     where the rule refuses their own states (a contraction over a split channel axis)."""
     tf = ad.tf
     bias = tf.zeros((weight.type.shape[0],), weight.type.dtype)
-    try:
-        return tf.conv2d(x, weight, bias, **attributes)
-    except VerifyError:
-        return tf.conv2d(ad.replicated(x), ad.replicated(weight), bias, **attributes)
+    return ad.accepted(lambda a, w: tf.conv2d(a, w, bias, **attributes), x, weight)
 
 
 def _input_cotangent(ad, op: Conv2D, ct, x, weight):

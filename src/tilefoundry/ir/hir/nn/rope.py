@@ -324,21 +324,14 @@ def _rotate_half(ad):
 def _added(ad, q_rows, k_rows):
     """The two branches' rows summed: in their own states when add accepts them, else both
     replicated (q pending a sum where k is split, say)."""
-    try:
-        return ad.tf.add(q_rows, k_rows)
-    except VerifyError:
-        return ad.tf.add(ad.replicated(q_rows), ad.replicated(k_rows))
+    return ad.accepted(ad.tf.add, q_rows, k_rows)
 
 
 def _scatter_rows(ad, table, pos, rows):
     """The rows added back into zeros of the cache at pos_ids, from replicated rows and
     positions where ScatterAdd refuses their own states (a split seq, for instance)."""
-    try:
-        return ad.tf.scatter_add(ad.zeros_like(table), pos, rows, axis=0)
-    except VerifyError:
-        return ad.tf.scatter_add(
-            ad.zeros_like(table), ad.replicated(pos), ad.replicated(rows), axis=0
-        )
+    zeros = ad.zeros_like(table)
+    return ad.accepted(lambda p, r: ad.tf.scatter_add(zeros, p, r, axis=0), pos, rows)
 
 
 @register_validation_samples(RoPE)
