@@ -15,7 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from tilefoundry.errors import UnsupportedError
 from tilefoundry.ir.types import DType
+
+GPU_REGISTER_ELEMENTS = 16384
+"""The largest intermediate (elements) a GPU form of an op builds (a masked broadcast, a product
+before its reduction): a quarter of an SM's 65,536 32-bit registers, 64 per thread at 8 warps,
+which leaves the rest of the register file (at most 255 registers a thread) to the operands,
+the accumulator and the rest of the kernel. Above it the form is refused, not spilled."""
 
 
 class KernelRef:
@@ -72,6 +79,18 @@ class KernelNamespace:
             for a in (jnp.asarray(x) for x in arrays)
         ]
         return jnp.asarray(fn(*widened)).astype(self.dtype(out_dtype))
+
+    def check_registers(self, where: str, what: str, shape: Sequence[int], fix: str) -> None:
+        """Refuse a GPU form whose intermediate of `shape` (`what`: the form, for the message)
+        would not stay in registers (`GPU_REGISTER_ELEMENTS`): Triton would spill it to local
+        memory, and the form is only worth writing while it does not."""
+        size = int(np.prod(shape))
+        if size > GPU_REGISTER_ELEMENTS:
+            raise UnsupportedError(
+                f"{where}: on a GPU backend {what} is a {tuple(shape)} intermediate ({size} "
+                f"elements), more than the {GPU_REGISTER_ELEMENTS} a CTA keeps in registers; "
+                f"{fix}"
+            )
 
     def window(self, value: Any, axis: int, start: Any, size: int) -> Any:
         """`size` elements of `value` along `axis` from `start`, the start clamped into

@@ -246,7 +246,62 @@ def _stablehlo(op: Cumulative, operands, arg_types, out_type, lw):
 
 @register_pallas(Cumulative)
 def _pallas(op: Cumulative, args, arg_types, out_type, kx):
+    """lax's scans; on a GPU backend, which lowers only a forward cumsum (tt.scan), the others
+    compare every pair of positions (`_pairwise_scan`)."""
     (x,) = args
     axis = normalize_axis(op, op.axis, x.ndim)
+    if kx.gpu and (op.kind is not CumulativeKind.SUM or op.reverse):
+        shape = (*x.shape[: axis + 1], x.shape[axis], *x.shape[axis + 1 :])
+        kx.check_registers(
+            op_name(op),
+            f"the running {op.kind.value} as a masked reduction of every pair of positions",
+            shape,
+            "scan a shorter block per CTA (split another axis over the cta mesh), or run it on "
+            "XLA (run_xla)",
+        )
+        identity = _identity(op.kind, arg_types[0].dtype)
+        return kx.in_f32(
+            lambda a: _pairwise_scan(kx, a, axis, op.kind, op.reverse, identity), out_type.dtype, x
+        )
     scan = getattr(kx.lax, f"cum{op.kind.value}")
     return kx.in_f32(lambda a: scan(a, axis=axis, reverse=op.reverse), out_type.dtype, x)
+
+
+def _pairwise_scan(kx, x, axis: int, kind: CumulativeKind, reverse: bool, identity):
+    """out[i] = the `kind` of x[j] over the j that reach i (j <= i; j >= i when `reverse`), as
+    x broadcast to [.., n_j, n_i, ..], the other j masked to the identity and reduced over j:
+    max and min exactly (a NaN reached makes the result NaN, which the GPU's NaN-dropping max
+    would lose, so it is counted apart); a sum in reduction-tree order (rounding differs from
+    the sequential oracle's in the last bits: each output is a sum of at most n terms); the
+    product by a tree of halves multiplied (Triton has no product reduction; exact for
+    integers, whose wrapping product is associative)."""
+    jnp, lax = kx.jnp, kx.lax
+    n = x.shape[axis]
+    pairs_shape = (*x.shape[: axis + 1], n, *x.shape[axis + 1 :])
+    pairs = jnp.broadcast_to(jnp.expand_dims(x, axis + 1), pairs_shape)
+    j = lax.broadcasted_iota(jnp.int32, pairs_shape, axis)
+    i = lax.broadcasted_iota(jnp.int32, pairs_shape, axis + 1)
+    reaches = j >= i if reverse else j <= i
+    masked = jnp.where(reaches, pairs, jnp.asarray(identity, x.dtype))
+    if kind is CumulativeKind.PROD:
+        return lax.squeeze(_product_tree(lax, masked, axis), (axis,))
+    if kind is CumulativeKind.SUM:
+        return jnp.sum(masked, axis=axis)
+    extreme = (jnp.max if kind is CumulativeKind.MAX else jnp.min)(masked, axis=axis)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return extreme
+    nans = jnp.sum(jnp.where(reaches & (pairs != pairs), 1, 0), axis=axis)
+    return jnp.where(nans > 0, jnp.asarray(np.nan, x.dtype), extreme)
+
+
+def _product_tree(lax, values, axis: int):
+    """The product along `axis` (kept, of extent 1): halves multiplied until one is left, an odd
+    extent's last element set aside and multiplied in after."""
+    extent = values.shape[axis]
+    if extent == 1:
+        return values
+    if extent % 2:
+        rest, last = lax.split(values, (extent - 1, 1), axis)
+        return _product_tree(lax, rest, axis) * last
+    low, high = lax.split(values, (extent // 2, extent // 2), axis)
+    return _product_tree(lax, low * high, axis)
