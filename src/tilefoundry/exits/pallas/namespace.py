@@ -92,6 +92,39 @@ class KernelNamespace:
                 f"{fix}"
             )
 
+    def matmul(self, where: str, a: Any, b: Any) -> Any:
+        """`[.., M, K] @ [.., K, N]` (batch dims broadcast) as a GPU backend lowers it, floats
+        accumulated in f32 at full f32 precision (the reference kernel's): Triton's dot where it
+        takes the operands (two 2-D tiles, each dim at least 16, none unsigned; a rhs without
+        batch dims takes the lhs's batch merged into its rows), otherwise a broadcast multiply
+        reduced over K, refused where that product would not stay in registers."""
+        jnp = self.jnp
+        batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+        (m, k), n = a.shape[-2:], b.shape[-1]
+        floats = jnp.issubdtype(a.dtype, jnp.floating)
+        accumulate = jnp.float32 if floats else None
+        if b.ndim == 2 or int(np.prod(batch)) == 1:
+            rows = a.reshape((-1, k))
+            if min(rows.shape[0], k, n) >= 16 and a.dtype.kind != "u":
+                product = jnp.matmul(
+                    rows,
+                    b.reshape((k, n)),
+                    precision=self.lax.Precision.HIGHEST,
+                    preferred_element_type=accumulate,
+                )
+                return product.reshape((*batch, m, n))
+        self.check_registers(
+            where,
+            f"a matmul of {tuple(a.shape)} x {tuple(b.shape)} as a multiply reduced over K (its "
+            "dot takes two 2-D tiles of 16 or more along each dim)",
+            (*batch, m, k, n),
+            "give each CTA a 2-D matmul of 16 or more along every dim (the batch dims over the "
+            "cta mesh), or run it on XLA (run_xla)",
+        )
+        if floats:
+            a, b = a.astype(jnp.float32), b.astype(jnp.float32)
+        return jnp.sum(jnp.expand_dims(a, -1) * jnp.expand_dims(b, -3), axis=-2)
+
     def window(self, value: Any, axis: int, start: Any, size: int) -> Any:
         """`size` elements of `value` along `axis` from `start`, the start clamped into
         `[0, extent - size]` as StableHLO's dynamic_slice (and the reference kernel) clamp it.

@@ -273,7 +273,9 @@ def _stablehlo(op, operands, arg_types, out_type, lw):
 def _pallas(op, args, arg_types, out_type, kx):
     """torch.matmul in jnp, accumulated in f32 (the reference kernel's `compute_in_f32`), at
     full f32 precision: the default lets a GPU round f32 operands to TF32 (Triton's default
-    input precision), which the reference never does; HIGHEST is IEEE f32 there."""
+    input precision), which the reference never does; HIGHEST is IEEE f32 there. On a GPU
+    backend, a 1-D operand is the one-row / one-column matrix it acts as, and the matrices
+    multiply as Triton takes them (`kx.matmul`)."""
     lhs, rhs = args
     jnp = kx.jnp
     highest = kx.lax.Precision.HIGHEST
@@ -282,4 +284,12 @@ def _pallas(op, args, arg_types, out_type, kx):
         accumulate = jnp.float32 if a.dtype.kind == "f" else None
         return jnp.matmul(a, b, precision=highest, preferred_element_type=accumulate)
 
-    return kx.in_f32(product, out_type.dtype, lhs, rhs)
+    def on_gpu(a, b):
+        matrices = kx.matmul(
+            op_name(op),
+            a.reshape((1, -1)) if a.ndim == 1 else a,
+            b.reshape((-1, 1)) if b.ndim == 1 else b,
+        )
+        return matrices.reshape(out_type.shape)
+
+    return kx.in_f32(on_gpu if kx.gpu else product, out_type.dtype, lhs, rhs)
