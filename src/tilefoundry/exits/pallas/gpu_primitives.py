@@ -11,7 +11,7 @@ put on their operands —
   fail in Triton's PTX compile, jax-ml/jax#20051); concatenate / stack only of two `[..., 1]`
   pieces along the last axis; a forward cumsum; an argmax / argmin over one axis; a split into a
   power-of-two count of equal parts. The rules' GPU forms (`KernelNamespace.gpu`) stay inside
-  these: MatMul multiplies through `kx.matmul` (a dot only where Triton takes it,
+  these: MatMul and Conv2D multiply through `kx.matmul` (a dot only where Triton takes it,
   otherwise a multiply reduced over K), Cumulative scans other than a forward cumsum compare
   every pair of positions, erf is computed from exp; what such a form could not keep in
   registers its rule refuses itself (`kx.check_registers`).
@@ -129,7 +129,7 @@ def _triton_reason(eqn, rules) -> tuple[str, str | None] | None:
 
 
 def _triton_dot(ins, params) -> tuple[str, str | None] | None:
-    """MatMul's GPU form emits only dots that pass (`kx.matmul`); this holds any
+    """MatMul's and Conv2D's GPU forms emit only dots that pass (`kx.matmul`); this holds any
     other emitter of a `dot_general` to what Triton takes."""
     _, batch = params["dimension_numbers"]
     if batch != ((), ()) or any(a.ndim != 2 for a in ins):

@@ -433,7 +433,7 @@ def _stablehlo(op, operands, arg_types, out_type, lw):
 def _pallas(op, args, arg_types, out_type, kx):
     """One `lax.conv_general_dilated` in NCHW / OIHW at full f32 precision plus the bias, narrow
     floats accumulated in f32 like the reference kernel. No Pallas GPU lowering has a
-    convolution, so interpret mode runs it and a GPU backend refuses it up front."""
+    convolution, so on a GPU backend it is a sum over the kernel's taps (`_taps_on_gpu`)."""
     lax, jnp = kx.lax, kx.jnp
     (ph, pw) = op.padding
 
@@ -451,4 +451,61 @@ def _pallas(op, args, arg_types, out_type, kx):
         )
         return out + bias.reshape((1, -1, 1, 1))
 
-    return kx.in_f32(convolve, out_type.dtype, *args)
+    def on_gpu(x, weight, bias):
+        return _taps_on_gpu(op, kx, x, weight, out_type.shape[2:]) + bias.reshape((1, -1, 1, 1))
+
+    return kx.in_f32(on_gpu if kx.gpu else convolve, out_type.dtype, *args)
+
+
+def _taps_on_gpu(op: Conv2D, kx, x, weight, out_spatial):
+    """The convolution as the reference kernel sums it, tap by tap: tap (i, j) reads x at
+    `(ho*sh + i*dh - ph, wo*sw + j*dw - pw)` (`_tap_window`, zero in the padding) and contracts
+    that window's channels, group by group, with the tap's weights (`kx.matmul`: a dot where
+    Triton takes it), the taps summed in f32."""
+    jnp = kx.jnp
+    groups, (sh, sw), (ph, pw), (dh, dw) = op.groups, op.stride, op.padding, op.dilation
+    n = x.shape[0]
+    out_channels, group_in, kh, kw = weight.shape
+    group_out = out_channels // groups
+    ho, wo = out_spatial
+    taps = weight.reshape((out_channels, group_in, kh * kw))
+    total = None
+    for i in range(kh):
+        rows = _tap_window(op, kx, x, 2, ho, i * dh - ph, sh)
+        for j in range(kw):
+            window = _tap_window(op, kx, rows, 3, wo, j * dw - pw, sw)
+            lhs = window.reshape((n, groups, group_in, ho, wo)).transpose((1, 0, 3, 4, 2))
+            tap = _selected(
+                kx, taps, 2, kx.lax.broadcasted_iota(jnp.int32, taps.shape, 2) == i * kw + j
+            )
+            rhs = tap.reshape((groups, group_out, group_in)).transpose((0, 2, 1))
+            product = kx.matmul(op_name(op), lhs.reshape((groups, n * ho * wo, group_in)), rhs)
+            total = product if total is None else total + product
+    spread = total.reshape((groups, n, ho, wo, group_out)).transpose((1, 0, 4, 2, 3))
+    return spread.reshape((n, out_channels, ho, wo))
+
+
+def _tap_window(op: Conv2D, kx, x, axis: int, extent: int, start: int, stride: int):
+    """x along `axis` at `o*stride + start` for o < extent, zero where that falls in the padding:
+    a selection over an iota pair (no strided slice of a value lowers on a GPU), so the
+    intermediate holds x once per output position."""
+    jnp, lax = kx.jnp, kx.lax
+    shape = (*x.shape[:axis], extent, *x.shape[axis:])
+    kx.check_registers(
+        op_name(op),
+        f"a tap's input window along axis {axis} (a selection from every input position)",
+        shape,
+        "convolve a smaller block per CTA (split the batch or output channels over the cta "
+        "mesh), or run it on XLA (run_xla)",
+    )
+    wanted = lax.broadcasted_iota(jnp.int32, shape, axis) * stride + start
+    read = wanted == lax.broadcasted_iota(jnp.int32, shape, axis + 1)
+    return _selected(kx, jnp.broadcast_to(jnp.expand_dims(x, axis), shape), axis + 1, read)
+
+
+def _selected(kx, values, axis: int, mask):
+    """Along `axis`, the element where `mask` holds (at most one does), zero where none does: a
+    masked sum, exact since one term at most is not zero, and NaN and infinities survive it (a
+    GPU's max drops NaN); a -0.0 read becomes +0.0, which the sum of products cannot tell."""
+    jnp = kx.jnp
+    return jnp.sum(jnp.where(mask, values, jnp.zeros((), values.dtype)), axis=axis)
