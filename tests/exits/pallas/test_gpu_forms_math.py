@@ -355,6 +355,14 @@ def test_a_user_kernel_checks_evaluates_runs_in_its_triton_form_and_lowers(name,
     np.testing.assert_allclose(_on_gpu(fn, *arrays), want, rtol=rtol, atol=rtol)
 
 
+def test_the_warps_follow_a_gpu_forms_intermediate():
+    """One warp per 256 elements of the largest array, a GPU form's included: drawdown's block
+    is (4, 64) (1 warp by its values), its running max a (4, 64, 64) masked broadcast, so 8
+    warps (64 of its elements a thread, GPU_REGISTER_ELEMENTS's arithmetic)."""
+    text = lower_for_cuda(drawdown, np.ones((8, 64), np.float32))
+    assert re.search(r"num_warps = 8 : i32", text)
+
+
 # Refusals --------------------------------------------------------------------------------------
 
 

@@ -37,8 +37,9 @@ TRITON_MAX_WARPS = 32
 
 @dataclass(frozen=True)
 class KernelTiles:
-    """What the compiler params are derived from: the largest per-CTA value (elements) and
-    whether the kernel has a tile loop (whose window reads Triton can software-pipeline)."""
+    """What the compiler params are derived from: the largest per-CTA value (elements; the
+    largest array of the traced kernel where a rule's GPU form builds a larger one) and whether
+    the kernel has a tile loop (whose window reads Triton can software-pipeline)."""
 
     largest: int
     has_loop: bool

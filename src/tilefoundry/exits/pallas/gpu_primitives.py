@@ -36,8 +36,10 @@ from tilefoundry.ir.core import Call, source_span
 _REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or")
 
 
-def check_primitives(kernel: Kernel, backend: GpuBackend, compiler_params: Any) -> None:
-    """Raise the first equation of the traced kernel that `backend` cannot lower."""
+def check_primitives(kernel: Kernel, backend: GpuBackend, compiler_params: Any) -> int:
+    """Raise the first equation of the traced kernel that `backend` cannot lower; return the
+    largest array it computes (elements), which a rule's GPU form may make larger than any
+    value of the program (a masked broadcast, a product before its reduction)."""
     import jax
 
     traced: list = []
@@ -50,6 +52,20 @@ def check_primitives(kernel: Kernel, backend: GpuBackend, compiler_params: Any) 
     found = _first_refusal(pallas.params["jaxpr"], lambda eqn: reason(eqn, rules))
     if found is not None:
         _refuse(kernel, backend, *found, calls)
+    return _largest_array(pallas.params["jaxpr"])
+
+
+def _largest_array(jaxpr) -> int:
+    """The most elements of any array an equation of `jaxpr` (loop bodies included) computes."""
+    from jax.extend.core import jaxprs_in_params
+
+    largest = 1
+    for eqn in jaxpr.eqns:
+        for inner in jaxprs_in_params(eqn.params):
+            largest = max(largest, _largest_array(getattr(inner, "jaxpr", inner)))
+        for shape, _ in _shapes(eqn):
+            largest = max(largest, prod(shape))
+    return largest
 
 
 def _first_refusal(jaxpr, reason, outer: tuple = ()) -> tuple[tuple, Any] | None:

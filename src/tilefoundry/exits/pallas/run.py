@@ -12,7 +12,7 @@ return gives a tuple). `lower_for_cuda` lowers the compiled kernel for `cuda` on
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -118,8 +118,9 @@ class PallasKernel:
         from tilefoundry.exits.pallas.gpu_preflight import check_gpu
         from tilefoundry.exits.pallas.gpu_primitives import check_primitives
 
-        params = backend.compiler_params(check_gpu(self, backend))
-        check_primitives(self, backend, params)
+        tiles = check_gpu(self, backend)
+        traced = check_primitives(self, backend, backend.compiler_params(tiles))
+        params = backend.compiler_params(replace(tiles, largest=max(tiles.largest, traced)))
         return self.call(interpret=False, compiler_params=params)
 
     def input_structs(self) -> list:
