@@ -24,6 +24,10 @@ SCOPE = "tilefoundry_call"
 """The named-scope prefix of an op call's rule inside the kernel (`KernelBody`): call i's rule
 runs under `SCOPE + str(i)`, so the GPU checks trace each jax primitive back to its call."""
 
+PICK_SCOPE = "tilefoundry_pick"
+"""The named scope of a selection in `KernelNamespace` (`pick`: candidates laid on an axis,
+one selected), whose broadcast the GPU checks bound (`gpu_primitives.PICK_LIMIT`)."""
+
 Kernel = Any
 """What the GPU checks read: a `run.PallasKernel` (named, not imported: run.py imports the
 checks)."""

@@ -10,7 +10,11 @@ put on their operands —
   without batch dims, of signed or float operands, each dim at least 16 (smaller ones lower but
   fail in Triton's PTX compile, jax-ml/jax#20051); concatenate / stack only of two `[..., 1]`
   pieces along the last axis; a forward cumsum; an argmax / argmin over one axis; a split into a
-  power-of-two count of equal parts.
+  power-of-two count of equal parts. No gather, slice, rev, pad, dynamic_slice or
+  dynamic_update_slice of a value: the rules write those through `kx` as loads of a Ref, splits
+  and stacks, or selections (`KernelNamespace.pick`), and a selection's candidates (the result
+  times the extent selected from) are bounded by `PICK_LIMIT`, the registers of a CTA — past it
+  Triton would lower but spill every selection to local memory, so it is refused.
 - Mosaic GPU (its lane lowering): reductions over every axis only; no loop carrying arrays (a
   carry whose register layout changes, as a zeros-initialised accumulator's does, fails in its
   layout inference; refused whole, conservatively).
@@ -26,8 +30,15 @@ from math import prod
 from typing import Any
 
 from tilefoundry.errors import UnsupportedError
-from tilefoundry.exits.pallas.gpu import SCOPE, GpuBackend, Kernel, MosaicGpu
+from tilefoundry.exits.pallas.gpu import PICK_SCOPE, SCOPE, GpuBackend, Kernel, MosaicGpu
 from tilefoundry.ir.core import Call, source_span
+
+PICK_LIMIT = 2**14
+"""The most candidates one selection may lay out (elements of its broadcast). A CTA has at most
+64K 32-bit registers (the register file of one SM, sm_50 to sm_90); a selection holds its
+candidates, their mask and the selected bits live at once, so 16K candidates take about three
+quarters of it before the kernel's own tiles — and at the 4 warps a small kernel runs with,
+all of a thread's 255 registers are spent near 2^15 32-bit values, past which Triton spills."""
 
 _REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or")
 
@@ -43,7 +54,7 @@ def check_primitives(kernel: Kernel, backend: GpuBackend, compiler_params: Any) 
     calls = traced[-1].scoped_calls
     rules = _lowering_rules(backend)
     reason = _mosaic_reason if isinstance(backend, MosaicGpu) else _triton_reason
-    found = _first_refusal(pallas.params["jaxpr"], lambda eqn: reason(eqn, rules))
+    found = _first_refusal(pallas.params["jaxpr"], lambda eqn, stacks: reason(eqn, rules, stacks))
     if found is not None:
         _refuse(kernel, backend, *found, calls)
 
@@ -61,7 +72,7 @@ def _first_refusal(jaxpr, reason, outer: tuple = ()) -> tuple[tuple, Any] | None
             found = _first_refusal(getattr(inner, "jaxpr", inner), reason, stacks)
             if found is not None:
                 return found
-        why = reason(eqn)
+        why = reason(eqn, stacks)
         if why:
             return stacks, why
     return None
@@ -93,17 +104,24 @@ def _shapes(eqn) -> list[tuple[tuple[int, ...], Any]]:
     ]
 
 
-def _triton_reason(eqn, rules) -> tuple[str, str | None] | None:
+def _triton_reason(eqn, rules, stacks: tuple[str, ...]) -> tuple[str, str | None] | None:
     name, params = eqn.primitive.name, eqn.params
     if eqn.primitive not in rules:
         return f"`{name}` (it has no rule for it)", None
-    for shape, _ in _shapes(eqn):
-        size = prod(shape)
+    sizes = [prod(shape) for shape, _ in _shapes(eqn)]
+    for (shape, _), size in zip(_shapes(eqn), sizes, strict=True):
         if size & (size - 1):
             return (
                 f"`{name}` of a {shape} array (Triton's arrays have power-of-two sizes)",
                 "pad the value to a power-of-two shape, or choose tiles that are",
             )
+    if any(PICK_SCOPE in part for part in stacks) and max(sizes, default=0) > PICK_LIMIT:
+        return (
+            f"a selection over {max(sizes)} candidates (the result times the extent it selects "
+            f"from, held in registers at once; at most {PICK_LIMIT} fit a CTA without spilling)",
+            f"use smaller tiles (a result times source extent of at most {PICK_LIMIT}), or run "
+            "the program on XLA (run_xla)",
+        )
     ins = [v.aval for v in eqn.invars]
     if name == "dot_general":
         return _triton_dot(ins, params)
@@ -148,7 +166,7 @@ def _triton_dot(ins, params) -> tuple[str, str | None] | None:
     return None
 
 
-def _mosaic_reason(eqn, rules) -> tuple[str, str | None] | None:
+def _mosaic_reason(eqn, rules, stacks: tuple[str, ...]) -> tuple[str, str | None] | None:
     name = eqn.primitive.name
     if eqn.primitive not in rules:
         return f"`{name}` (its lane lowering has no rule for it)", None
