@@ -35,10 +35,11 @@ from tilefoundry.ir.core import Call, source_span
 
 PICK_LIMIT = 2**14
 """The most candidates one selection may lay out (elements of its broadcast). A CTA has at most
-64K 32-bit registers (the register file of one SM, sm_50 to sm_90); a selection holds its
-candidates, their mask and the selected bits live at once, so 16K candidates take about three
-quarters of it before the kernel's own tiles — and at the 4 warps a small kernel runs with,
-all of a thread's 255 registers are spent near 2^15 32-bit values, past which Triton spills."""
+64K 32-bit registers (one SM's register file, sm_50 through sm_90), and Triton spreads a tensor
+over the CTA's threads one 32-bit element per register; a selection keeps its candidates, their
+mask and the selected bits live together, so 2^14 candidates already take about three quarters
+of it before the kernel's own tiles. Past that Triton still lowers, but spills the selection to
+local memory (DRAM-backed) on every use."""
 
 _REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or")
 

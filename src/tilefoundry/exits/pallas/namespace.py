@@ -3,9 +3,13 @@
 Op modules may not import jax (DESIGN §5: the core imports without it), so their PALLAS rules get
 `jnp`, `lax` and `pl` through this object, built only when the Pallas exit runs. The helpers
 are the ones several rules share: the numerics of `compute_in_f32` (narrow floats widened to f32,
-rounded once to the result dtype, as the reference kernels do), a clamped window that reads a
-kernel Ref through `pl.ds` or slices a value already in the kernel, and a CTA's block of a
-replicated value, cut without a dynamic slice (which no GPU lowering has for a value in registers).
+rounded once to the result dtype, as the reference kernels do), and the indexing forms — windows,
+static slices, gathers, window writes, reversals, concatenations, stacks, pads and a CTA's block
+of a replicated value. Of a kernel Ref they read only what they need (`pl.ds`, gather-loads).
+Of a value in registers on the GPU path (`gpu`) they write what Triton lowers, which has none of
+gather, slice, rev, pad, dynamic_slice or dynamic_update_slice of a value and joins only pairs:
+equal splits and stacks where the pieces are equal (no arithmetic), an exact selection
+(`pick`) otherwise. Interpreted without a GPU backend, the direct jnp forms.
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ class KernelNamespace:
 
     `gpu`: the kernel is traced for a GPU backend (compiled, or interpreted with a backend named
     so that a CPU run executes exactly what the GPU would). A rule, or a helper here, then
-    writes what the GPU lowerings have rules for (no gather, dynamic_slice, dynamic_update_slice
-    or slice of a value in registers); interpreted without a backend, the direct jnp forms."""
+    writes what the GPU lowerings have rules for (no gather, slice, rev, pad, dynamic_slice or
+    dynamic_update_slice of a value in registers, no concatenate / stack but of pairs);
+    interpreted without a backend, the direct jnp forms."""
 
     def __init__(self, gpu: bool = False) -> None:
         import jax.numpy as jnp
