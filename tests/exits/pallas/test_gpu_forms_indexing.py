@@ -25,7 +25,7 @@ from tilefoundry.dsl import tf
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.evaluator import evaluate
 from tilefoundry.ir.types import DType, TensorType
-from tilefoundry.passes import verify
+from tilefoundry.passes import compile, verify
 
 pytest.importorskip("jax", reason="the Pallas exit needs jax")
 
@@ -299,17 +299,19 @@ def _attention_numpy(q, k, v, cos_cache, sin_cache, pos):
     return p / p.sum(axis=1, keepdims=True) @ v.astype(np.float64)
 
 
-def test_a_tile_program_that_cuts_joins_and_reverses_computed_tiles():
+@pytest.mark.parametrize("fused", [False, True], ids=["as-written", "compiled"])
+def test_a_tile_program_that_cuts_joins_and_reverses_computed_tiles(fused):
     rng = np.random.default_rng(27)
     x, y = (rng.standard_normal((16, 16)).astype(np.float32) for _ in range(2))
     verify(tile_shuffle)
+    fn = compile(tile_shuffle)[0] if fused else tile_shuffle
     for at in (3, 11):  # 11 is clamped to the last window, 8
         arrays = (x, y, np.int32(at))
         want = _tile_shuffle_numpy(*arrays)
-        np.testing.assert_allclose(evaluate(tile_shuffle, *arrays), want, rtol=1e-6, atol=1e-6)
-        got = run_pallas(tile_shuffle, *arrays, interpret=True, gpu_backend="triton")
+        np.testing.assert_allclose(evaluate(fn, *arrays), want, rtol=1e-6, atol=1e-6)
+        got = run_pallas(fn, *arrays, interpret=True, gpu_backend="triton")
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
-    assert lower_for_cuda(tile_shuffle, x, y, np.int32(3)).count(f"@{Triton.custom_call}") == 1
+    assert lower_for_cuda(fn, x, y, np.int32(3)).count(f"@{Triton.custom_call}") == 1
 
 
 def test_a_roped_attention_tile():

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from tilefoundry.errors import InternalCompilerError
 from tilefoundry.exits.pallas.gpu import PICK_SCOPE
 from tilefoundry.ir.types import DType
 
@@ -220,6 +221,11 @@ class KernelNamespace:
         ]
         if self.gpu and not isinstance(value, KernelRef):
             for axis, at in enumerate(clamped):
+                if at is not None and any(e != 1 for b, e in enumerate(at.shape) if b != axis):
+                    raise InternalCompilerError(
+                        f"read_at: the positions of axis {axis} vary along other axes too "
+                        f"({tuple(at.shape)}), which one selection per axis cannot read"
+                    )
                 if at is not None:
                     lined = jnp.expand_dims(value, axis)
                     found = self._bits_at(lined, axis + 1, jnp.expand_dims(at, axis + 1))
