@@ -25,8 +25,9 @@ SCOPE = "tilefoundry_call"
 runs under `SCOPE + str(i)`, so the GPU checks trace each jax primitive back to its call."""
 
 PICK_SCOPE = "tilefoundry_pick"
-"""The named scope of a selection in `KernelNamespace` (`pick`: candidates laid on an axis,
-one selected), whose broadcast the GPU checks bound (`gpu_primitives.PICK_LIMIT`)."""
+"""The named scope of a selection in `KernelNamespace` that broadcasts its candidates (a value
+read at positions: the result's size times the extent read from), whose size the GPU checks bound
+(`gpu_primitives.PICK_LIMIT`)."""
 
 Kernel = Any
 """What the GPU checks read: a `run.PallasKernel` (named, not imported: run.py imports the

@@ -149,29 +149,27 @@ class KernelNamespace:
             window = self.pl.ds(index * size, size)
             return value.ref[tuple(window if i == axis else slice(None) for i in range(len(shape)))]
         blocks = value.reshape((*shape[:axis], count, size, *shape[axis + 1 :]))
-        with self.scope(PICK_SCOPE):
-            mask = lax.broadcasted_iota(jnp.int32, blocks.shape, axis) == index
-        return self.pick(mask, blocks, axis)
+        return self.pick(lax.broadcasted_iota(jnp.int32, blocks.shape, axis) == index, blocks, axis)
 
     def pick(self, mask: Any, values: Any, axis: int) -> Any:
         """Along `axis`, the one element of `values` where `mask` holds (exactly one does), bit
         for bit: the others' bits zeroed and the bits summed as integers (one nonzero addend, so
         exact for every value, -0.0, infinities and NaN payloads included). Not a max over the
-        others masked to -inf: Triton's max is `maxnumf`, which drops a NaN. Traced under
-        `PICK_SCOPE`, whose broadcasts the GPU checks bound (`gpu_primitives`)."""
+        others masked to -inf: Triton's max is `maxnumf`, which drops a NaN."""
         return _from_bits(self.jnp, self.lax, self._bits(mask, values, axis), values.dtype)
 
     def _bits(self, mask: Any, values: Any, axis: int) -> Any:
         """The integer bits of `values` where `mask` holds, summed along `axis` (0 where it
         holds nowhere, so picks from disjoint candidates add up)."""
         jnp = self.jnp
-        with self.scope(PICK_SCOPE):
-            bits = _to_bits(jnp, self.lax, values)
-            return jnp.sum(jnp.where(mask, bits, 0), axis=axis, dtype=bits.dtype)
+        bits = _to_bits(jnp, self.lax, values)
+        return jnp.sum(jnp.where(mask, bits, 0), axis=axis, dtype=bits.dtype)
 
     def _bits_at(self, values: Any, axis: int, positions: Any) -> Any:
         """`_bits` of `values` read at `positions` along `axis` (dropped): `positions` has extent
-        1 there and broadcasts against `values` (result size x the axis's extent candidates)."""
+        1 there and broadcasts against `values`, so the candidates are the result's size times
+        the axis's extent. Traced under `PICK_SCOPE`, whose candidates the GPU checks bound
+        (`gpu_primitives.PICK_LIMIT`)."""
         jnp = self.jnp
         shape = jnp.broadcast_shapes(values.shape, positions.shape)
         with self.scope(PICK_SCOPE):
