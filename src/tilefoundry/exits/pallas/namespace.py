@@ -61,9 +61,6 @@ class KernelNamespace:
         """The numpy dtype jnp computes `dtype` in."""
         return dtype.to_numpy()
 
-    def is_ref(self, value: Any) -> bool:
-        return isinstance(value, KernelRef)
-
     def load(self, value: Any) -> Any:
         """A Ref's whole block as an array; an array as it is."""
         return value.ref[...] if isinstance(value, KernelRef) else value
