@@ -24,6 +24,19 @@ SCOPE = "tilefoundry_call"
 """The named-scope prefix of an op call's rule inside the kernel (`KernelBody`): call i's rule
 runs under `SCOPE + str(i)`, so the GPU checks trace each jax primitive back to its call."""
 
+PICK_SCOPE = "tilefoundry_pick"
+"""The named scope of a selection in `KernelNamespace` that broadcasts its candidates (a value
+read at positions: the result's size times the extent read from), whose size the GPU checks bound
+(`GPU_REGISTER_ELEMENTS`)."""
+
+GPU_REGISTER_ELEMENTS = 2**14
+"""The largest intermediate (elements) a GPU form of an op builds (a masked broadcast, a product
+before its reduction, a selection's candidates): a quarter of an SM's 65,536 32-bit registers
+(sm_50 through sm_90), 64 per thread at 8 warps, which leaves the rest of the register file (at
+most 255 registers a thread) to the operands, the accumulator and the rest of the kernel. Triton
+spreads a tensor over the CTA's threads, one 32-bit element per register; above the bound it
+would spill to local memory, so the form is refused, not spilled."""
+
 Kernel = Any
 """What the GPU checks read: a `run.PallasKernel` (named, not imported: run.py imports the
 checks)."""

@@ -14,7 +14,12 @@ put on their operands —
   these: MatMul and Conv2D multiply through `kx.matmul` (a dot only where Triton takes it,
   otherwise a multiply reduced over K), Cumulative scans other than a forward cumsum compare
   every pair of positions, erf is computed from exp; what such a form could not keep in
-  registers its rule refuses itself (`kx.check_registers`).
+  registers its rule refuses itself (`kx.check_registers`). No gather, slice, rev, pad,
+  dynamic_slice or dynamic_update_slice of a value: the rules write those through `kx` as loads
+  of a Ref, splits and stacks, or selections (`KernelNamespace.pick`), and a selection's
+  candidates (the result times the extent selected from) are bounded by the same register
+  budget — past it Triton would lower but spill every selection to local memory, so it is
+  refused.
 - Mosaic GPU (its lane lowering): reductions over every axis only; no loop carrying arrays (a
   carry whose register layout changes, as a zeros-initialised accumulator's does, fails in its
   layout inference; refused whole, conservatively).
@@ -30,7 +35,14 @@ from math import prod
 from typing import Any
 
 from tilefoundry.errors import UnsupportedError
-from tilefoundry.exits.pallas.gpu import SCOPE, GpuBackend, Kernel, MosaicGpu
+from tilefoundry.exits.pallas.gpu import (
+    GPU_REGISTER_ELEMENTS,
+    PICK_SCOPE,
+    SCOPE,
+    GpuBackend,
+    Kernel,
+    MosaicGpu,
+)
 from tilefoundry.ir.core import Call, source_span
 
 _REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or")
@@ -49,7 +61,7 @@ def check_primitives(kernel: Kernel, backend: GpuBackend, compiler_params: Any) 
     calls = traced[-1].scoped_calls
     rules = _lowering_rules(backend)
     reason = _mosaic_reason if isinstance(backend, MosaicGpu) else _triton_reason
-    found = _first_refusal(pallas.params["jaxpr"], lambda eqn: reason(eqn, rules))
+    found = _first_refusal(pallas.params["jaxpr"], lambda eqn, stacks: reason(eqn, rules, stacks))
     if found is not None:
         _refuse(kernel, backend, *found, calls)
     return _largest_array(pallas.params["jaxpr"])
@@ -81,7 +93,7 @@ def _first_refusal(jaxpr, reason, outer: tuple = ()) -> tuple[tuple, Any] | None
             found = _first_refusal(getattr(inner, "jaxpr", inner), reason, stacks)
             if found is not None:
                 return found
-        why = reason(eqn)
+        why = reason(eqn, stacks)
         if why:
             return stacks, why
     return None
@@ -113,17 +125,25 @@ def _shapes(eqn) -> list[tuple[tuple[int, ...], Any]]:
     ]
 
 
-def _triton_reason(eqn, rules) -> tuple[str, str | None] | None:
+def _triton_reason(eqn, rules, stacks: tuple[str, ...]) -> tuple[str, str | None] | None:
     name, params = eqn.primitive.name, eqn.params
     if eqn.primitive not in rules:
         return f"`{name}` (it has no rule for it)", None
-    for shape, _ in _shapes(eqn):
-        size = prod(shape)
+    sizes = [prod(shape) for shape, _ in _shapes(eqn)]
+    for (shape, _), size in zip(_shapes(eqn), sizes, strict=True):
         if size & (size - 1):
             return (
                 f"`{name}` of a {shape} array (Triton's arrays have power-of-two sizes)",
                 "pad the value to a power-of-two shape, or choose tiles that are",
             )
+    budget = GPU_REGISTER_ELEMENTS
+    if any(PICK_SCOPE in part for part in stacks) and max(sizes, default=0) > budget:
+        return (
+            f"a selection over {max(sizes)} candidates (the result times the extent it selects "
+            f"from, held in registers at once; at most {budget} fit a CTA without spilling)",
+            f"use smaller tiles (a result times source extent of at most {budget}), or run "
+            "the program on XLA (run_xla)",
+        )
     ins = [v.aval for v in eqn.invars]
     if name == "dot_general":
         return _triton_dot(ins, params)
@@ -170,7 +190,7 @@ def _triton_dot(ins, params) -> tuple[str, str | None] | None:
     return None
 
 
-def _mosaic_reason(eqn, rules) -> tuple[str, str | None] | None:
+def _mosaic_reason(eqn, rules, stacks: tuple[str, ...]) -> tuple[str, str | None] | None:
     name = eqn.primitive.name
     if eqn.primitive not in rules:
         return f"`{name}` (its lane lowering has no rule for it)", None

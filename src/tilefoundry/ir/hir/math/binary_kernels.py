@@ -302,6 +302,8 @@ def _pallas_kernel(kind: BinaryKind, kx):
         return lambda lhs, rhs: lax_op(*kx.jnp.broadcast_arrays(lhs, rhs))
     if kind == BinaryKind.POW:
         return lambda base, exponent: _pallas_power(kx.jnp, base, exponent)
+    if kind in (BinaryKind.MAX, BinaryKind.MIN):
+        return kx.maximum if kind == BinaryKind.MAX else kx.minimum  # NaN kept on a GPU too
     return getattr(kx.jnp, _PALLAS_KERNELS[kind])
 
 

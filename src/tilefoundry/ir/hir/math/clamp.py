@@ -206,6 +206,4 @@ def _stablehlo(op: Clamp, operands, arg_types, out_type, lw):
 def _pallas(op: Clamp, args, arg_types, out_type, kx):
     dtype = kx.dtype(out_type.dtype)
     x, lo, hi = (kx.jnp.asarray(a).astype(dtype) for a in args)
-    return kx.in_f32(
-        lambda a, b, c: kx.jnp.minimum(kx.jnp.maximum(a, b), c), out_type.dtype, x, lo, hi
-    )
+    return kx.in_f32(lambda a, b, c: kx.minimum(kx.maximum(a, b), c), out_type.dtype, x, lo, hi)

@@ -155,7 +155,7 @@ def _pallas_kernel(kind: UnaryKind, kx):
     jnp, lax = kx.jnp, kx.lax
     special = {
         UnaryKind.RSQRT: lambda x: 1 / jnp.sqrt(x),
-        UnaryKind.RELU: lambda x: jnp.maximum(x, jnp.zeros((), x.dtype)),
+        UnaryKind.RELU: lambda x: kx.maximum(x, jnp.zeros((), x.dtype)),
         UnaryKind.ROUND: lambda x: _rounded(jnp, x, ties_to_even=True),
         UnaryKind.ROUND_HALF_AWAY: lambda x: _rounded(jnp, x, ties_to_even=False),
         UnaryKind.ERF: partial(_erf_from_exp, jnp) if kx.gpu else lax.erf,

@@ -240,15 +240,16 @@ for _cls in _SURFACE:
     register_stablehlo(_cls)(_stablehlo)
 
 
-def _pallas_kernels(jnp) -> dict:
+def _pallas_kernels(kx) -> dict:
     """The reference kernels above, spelled in jnp (the same overflow-free logistic)."""
+    jnp = kx.jnp
 
     def sigmoid(x):
         e = jnp.exp(-jnp.abs(x))
         return jnp.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype)
 
     return {
-        ReLU: lambda x: jnp.maximum(x, jnp.zeros((), x.dtype)),
+        ReLU: lambda x: kx.maximum(x, jnp.zeros((), x.dtype)),
         Sigmoid: sigmoid,
         Tanh: jnp.tanh,
         Gelu: lambda x: 0.5 * x * (1.0 + jnp.tanh(_GELU_C * (x + 0.044715 * x**3))),
@@ -258,7 +259,7 @@ def _pallas_kernels(jnp) -> dict:
 
 def _pallas(op, args, arg_types, out_type, kx):
     (x,) = args
-    return kx.in_f32(_pallas_kernels(kx.jnp)[type(op)], out_type.dtype, x)
+    return kx.in_f32(_pallas_kernels(kx)[type(op)], out_type.dtype, x)
 
 
 for _cls in _SURFACE:

@@ -360,19 +360,19 @@ def _stablehlo(op, operands, arg_types, out_type, lw):
     return tuple(_rotate_value(x.widened(), cos, sin).convert(x.dtype).name for x in (q, k))
 
 
-@register_pallas(RoPE)
+@register_pallas(RoPE, reads_refs=True)
 def _pallas(op, args, arg_types, out_type, kx):
-    """The reference kernel in jnp: cos/sin rows at pos_ids, rotate-half, each branch in f32.
-    An out-of-range position cannot be reported from inside a kernel (the evaluator raises);
-    jnp's gather clamps it."""
+    """The reference kernel: cos/sin rows at pos_ids (`kx.take`: a gather-load of a cache that
+    is a gmem parameter), rotate-half as an equal split and a concat (no arithmetic on a GPU),
+    each branch in f32. An out-of-range position cannot be reported from inside a kernel (the
+    evaluator raises); the gather clamps it."""
     q, k, cos_cache, sin_cache, pos_ids = args
-    jnp = kx.jnp
-    cos, sin = jnp.take(cos_cache, pos_ids, axis=0), jnp.take(sin_cache, pos_ids, axis=0)
+    q, k = kx.load(q), kx.load(k)
+    cos, sin = kx.take(cos_cache, pos_ids, 0), kx.take(sin_cache, pos_ids, 0)
 
     def rotate(x, c, s):
-        half = x.shape[-1] // 2
-        rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-        return x * c + rotated * s
+        first, second = kx.jnp.split(x, 2, axis=-1)
+        return x * c + kx.concat([-second, first], x.ndim - 1) * s
 
     q_type, k_type = out_type.fields
     return (

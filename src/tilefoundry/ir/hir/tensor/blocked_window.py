@@ -371,14 +371,13 @@ def _kernel_blocks(kx, value, axis: int, blocks: int):
     return kx.jnp.reshape(value, (*shape[:axis], blocks, shape[axis] // blocks, *shape[axis + 1 :]))
 
 
-@register_pallas(BlockedDynamicSlice)
+@register_pallas(BlockedDynamicSlice, reads_refs=True)
 def _pallas_read(op: BlockedDynamicSlice, args, arg_types, out_type, kx):
+    """The window of every block (`kx.window`): of a gmem parameter, one gather-load of only
+    the windows from its Ref."""
     x, start = args
-    axis = op.axis % x.ndim
-    view = _kernel_blocks(kx, x, axis, op.blocks)
     position = kx.scalar_start(start, op.scale, op.offset)
-    picked = kx.window(view, axis + 1, position, op.size)
-    return kx.jnp.reshape(picked, out_type.shape)
+    return kx.window(x, op.axis % arg_types[0].rank, position, op.size, op.blocks)
 
 
 @register_pallas(BlockedDynamicUpdateSlice)
@@ -390,5 +389,5 @@ def _pallas_write(op: BlockedDynamicUpdateSlice, args, arg_types, out_type, kx):
     size = tiles.shape[axis + 1]
     position = kx.scalar_start(start, op.scale, op.offset)
     position = kx.lax.clamp(0, position, view.shape[axis + 1] - size)
-    written = kx.lax.dynamic_update_slice_in_dim(view, tiles, position, axis + 1)
-    return kx.jnp.reshape(written, x.shape)
+    starts = [position if a == axis + 1 else None for a in range(view.ndim)]
+    return kx.jnp.reshape(kx.write_window(view, tiles, starts), x.shape)

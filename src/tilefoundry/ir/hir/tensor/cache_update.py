@@ -232,8 +232,7 @@ def _pallas(op: CacheUpdate, args, arg_types, out_type, kx):
     (`kx.write_window`: a gather-load of new's Ref when it is a gmem parameter). On inputs the
     reference accepts this is its result; the ones it refuses are undefined here."""
     cache, cur_pos, s, new = args
-    zero = kx.jnp.int32(0)
-    starts = [zero, kx.scalar_start(cur_pos, 1, 0), zero, zero]
+    starts = [None, kx.scalar_start(cur_pos, 1, 0), None, None]
     counts = list(arg_types[0].shape)
     counts[_LENGTH_AXIS] = kx.scalar_start(s, 1, 0)
     return kx.write_window(cache, new, starts, counts)

@@ -344,10 +344,10 @@ def _stack_stablehlo(op: Stack, operands, arg_types, out_type, lw):
 @register_pallas(Concat)
 def _concat_pallas(op: Concat, args, arg_types, out_type, kx):
     (values,) = args
-    return kx.jnp.concatenate(tuple(values), axis=op.axis)
+    return kx.concat(values, op.axis % values[0].ndim)
 
 
 @register_pallas(Stack)
 def _stack_pallas(op: Stack, args, arg_types, out_type, kx):
     (values,) = args
-    return kx.jnp.stack(tuple(values), axis=op.axis)
+    return kx.stack(values, op.axis % (values[0].ndim + 1))

@@ -187,4 +187,4 @@ def _pallas(op: DynamicUpdateSlice, args, arg_types, out_type, kx):
     size = update.shape[axis]
     position = kx.scalar_start(start, op.scale, op.offset)
     position = kx.lax.clamp(0, position, x.shape[axis] - size)
-    return kx.lax.dynamic_update_slice_in_dim(x, update.astype(x.dtype), position, axis)
+    return kx.write_window(x, update, [position if a == axis else None for a in range(x.ndim)])

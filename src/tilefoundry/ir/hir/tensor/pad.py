@@ -254,7 +254,7 @@ def _stablehlo(op: Pad, operands, arg_types, out_type, lw):
 def _pallas(op: Pad, args, arg_types, out_type, kx):
     (x,) = args
     value = kx.jnp.asarray(op.value, kx.dtype(out_type.dtype))
-    return kx.lax.pad(x, value, [tuple(p) for p in paddings(op, x.ndim)])
+    return kx.pad(x, value, paddings(op, x.ndim))
 
 
 def pad_undoing(op: Slice, shape: tuple) -> Pad:

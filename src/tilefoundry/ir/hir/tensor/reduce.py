@@ -408,8 +408,8 @@ def _pallas(op: Reduce, args, arg_types, out_type, kx):
         if op.kind is ReduceKind.MEAN:
             return jnp.mean(a, axis=axes, keepdims=op.keepdim)
         if op.kind is ReduceKind.MAX:
-            return jnp.max(a, axis=axes, keepdims=op.keepdim)
-        return jnp.max(jnp.abs(a), axis=axes, keepdims=op.keepdim)
+            return kx.max(a, axes, op.keepdim)
+        return kx.max(jnp.abs(a), axes, op.keepdim)
 
     return kx.in_f32(run, out_type.dtype, x)
 

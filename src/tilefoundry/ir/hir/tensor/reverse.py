@@ -111,18 +111,9 @@ def _stablehlo(op: Reverse, operands, arg_types, out_type, lw):
 
 @register_pallas(Reverse, reads_refs=True)
 def _pallas(op: Reverse, args, arg_types, out_type, kx):
-    """Of a gmem parameter, one gather-load of its Ref at the reversed positions (Triton has no
-    `rev`, but loads at computed offsets); of a value in the kernel, jnp's flip."""
+    """`kx.reverse`: of a gmem parameter, one gather-load of its Ref at the reversed positions;
+    of a value on a GPU, halves swapped without arithmetic."""
     (x,) = args
     if not op.axes:
         return kx.load(x)
-    axes = reversed_axes(op, arg_types[0].rank)
-    if not kx.is_ref(x):
-        return kx.jnp.flip(x, axes)
-    shape = tuple(x.ref.shape)  # this CTA's block
-    iota = kx.lax.broadcasted_iota
-    positions = [
-        (extent - 1 - iota(kx.jnp.int32, shape, a)) if a in axes else iota(kx.jnp.int32, shape, a)
-        for a, extent in enumerate(shape)
-    ]
-    return kx.read_at(x, positions)
+    return kx.reverse(x, reversed_axes(op, arg_types[0].rank))
