@@ -225,6 +225,8 @@ def _validation_samples() -> list[Sample]:
     return [
         Sample(Pad(low=(0, 1), high=(0, 2)), (operand(4, 8),), "edges, zero"),
         Sample(Pad(low=(0, 2), high=(0, 0), value=1.5), (operand(8, 4),), "edges, 1.5"),
+        # to a power-of-two extent, as a tile padded for Triton is
+        Sample(Pad(low=(0, 2), high=(0, 2), value=-1.0), (operand(8, 4),), "edges to a tile"),
         Sample(
             Pad(low=(0, -1), high=(0, 1), interior=(0, 1), value=-2.0),
             (operand(4, 4),),
