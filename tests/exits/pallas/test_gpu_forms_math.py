@@ -37,6 +37,7 @@ from tilefoundry.ir.hir.tensor.cast import Cast
 from tilefoundry.ir.hir.tensor.cumulative import Cumulative, CumulativeKind
 from tilefoundry.ir.types import DType, TensorType
 from tilefoundry.ir.types.shard import make_mesh
+from tilefoundry.ir.types.shard.sugar import layout_from_sugar
 from tilefoundry.passes import compile, verify
 
 UNIT_ROUNDOFF = 2.0**-24
@@ -44,12 +45,13 @@ CTAS = make_mesh((2,), ("r",), topology="cta")
 WHERE = pytest.mark.parametrize("loaded", [False, True], ids=["refs", "values"])
 
 
-def _one_call(op, *types: TensorType, loaded: bool) -> Function:
+def _one_call(op, *types: TensorType, loaded: bool, cast: tuple[int, ...] = ()) -> Function:
     """`op` on parameters of `types`; `loaded`: each through a Cast first, so the op reads
-    values in registers."""
+    values in registers (`cast`: only the operands at these positions)."""
     params = tuple(Var(f"x{i}", t) for i, t in enumerate(types))
     args = tuple(
-        Call(Cast(dtype=t.dtype), (p,)) if loaded else p for p, t in zip(params, types, strict=True)
+        Call(Cast(dtype=t.dtype), (p,)) if loaded or i in cast else p
+        for i, (p, t) in enumerate(zip(params, types, strict=True))
     )
     call = Call(op, args)
     return Function(type(op).__name__, params, call, TypeInferContext().infer(call))
@@ -289,6 +291,45 @@ def test_conv2d_on_a_gpu_backend_equals_the_oracle(x, w, attrs, loaded):
     _assert_within_rounding(got[finite], want[finite], magnitude[finite], w[1] * w[2] * w[3] + 1)
 
 
+ODD_KERNELS = [
+    ((2, 16, 8, 8), (16, 16, 3, 3), {"padding": (1, 1)}),
+    ((2, 16, 8, 8), (16, 16, 3, 3), {"padding": (1, 1), "stride": (2, 2)}),
+    ((2, 8, 8, 8), (8, 8, 5, 5), {"padding": (4, 4), "dilation": (2, 2)}),
+    ((2, 16, 8, 8), (16, 4, 3, 3), {"padding": (1, 1), "groups": 4}),
+]
+
+
+def _batch_over_ctas(type_: TensorType) -> TensorType:
+    """`type_` with its batch axis split over the CTAs (`CTAS`), as `N @ CTAS.r` declares."""
+    shape, layout = layout_from_sugar((type_.shape[0] @ CTAS.r, *type_.shape[1:]))
+    return TensorType(shape, type_.dtype, layout)
+
+
+@pytest.mark.parametrize("mesh", [False, True], ids=["one-cta", "cta-mesh"])
+@pytest.mark.parametrize("x_loaded", [False, True], ids=["x-ref", "x-value"])
+@pytest.mark.parametrize(
+    ("x", "w", "attrs"),
+    ODD_KERNELS,
+    ids=[f"{w[2]}x{w[3]}-{','.join(f'{k}{v}' for k, v in a.items())}" for _, w, a in ODD_KERNELS],
+)
+def test_an_odd_kernel_reads_its_weights_tap_by_tap_on_a_gpu_backend(x, w, attrs, x_loaded, mesh):
+    """hir §1.3 Conv2D with 3x3 / 5x5 kernels, whose weight block (O, C/groups, k, k) is no
+    power of two: the weights stay a Ref and each tap's (O, C/groups) slice is loaded alone, so
+    the kernel holds only power-of-two arrays and lowers to one Triton call; interpreted in that
+    form it equals the oracle within the rounding of the C/groups * k * k products and the bias
+    (the module docstring's bound), x read from its Ref or as a value, in one CTA or with the
+    batch over two."""
+    op = Conv2D(**attrs)
+    types = [_type(x), _type(w), _type(w[:1])]
+    if mesh:
+        types[0] = _batch_over_ctas(types[0])
+    fn = _one_call(op, *types, loaded=False, cast=(0,) if x_loaded else ())
+    arrays = _arrays(np.random.default_rng(6), fn)
+    got, want = _on_gpu(fn, *arrays), evaluate(fn, *arrays)
+    magnitude = evaluate(fn, *(np.abs(a) for a in arrays))
+    _assert_within_rounding(got, want, magnitude, w[1] * w[2] * w[3] + 1)
+
+
 # Kernels written as a user writes them ---------------------------------------------------------
 
 
@@ -317,6 +358,27 @@ def _conv_block_in_numpy(x, w, b):
 
 
 @func
+def cnn_layer(
+    x: Tensor[(4 @ CTAS.r, 16, 8, 8), "f32"],
+    w: Tensor[(16, 16, 3, 3), "f32"],
+    b: Tensor[(16,), "f32"],
+):
+    """A CNN layer: a 3x3 convolution keeping the image size, its bias, ReLU."""
+    return tf.relu(tf.conv2d(x, w, b, padding=(1, 1)))
+
+
+def _cnn_layer_in_numpy(x, w, b):
+    """float64: zero-padded x, each 3 x 3 window's product with the weights, plus bias, ReLU."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    y = np.zeros((x.shape[0], w.shape[0], 8, 8))
+    for i in range(8):
+        for j in range(8):
+            y[:, :, i, j] = np.einsum("nchw,ochw->no", padded[:, :, i : i + 3, j : j + 3], w)
+    return np.maximum(y + b.reshape(1, -1, 1, 1), 0)
+
+
+@func
 def drawdown(prices: Tensor[(8 @ CTAS.r, 64), "f32"]):
     """How far each price is below its running peak, as a fraction of the peak."""
     peak = tf.cummax(prices, axis=1)
@@ -333,6 +395,9 @@ USER_KERNELS = {
     # then GELU: rounding errors of about sqrt(256) u sum|term| (1e-6 of the outputs' unit
     # scale), 2e-5 with margin, relative and absolute (outputs near 0)
     "conv_block": (conv_block, _conv_block_in_numpy, 2e-5),
+    # each output an f32 sum of 144 unit-normal products (16 channels x 9 taps) and the bias,
+    # then ReLU (exact): errors of about sqrt(144) u sum|term|, 2e-5 with margin as above
+    "cnn_layer": (cnn_layer, _cnn_layer_in_numpy, 2e-5),
     # the running max exact, then a subtraction and a division: a few u of the peak
     "drawdown": (drawdown, _drawdown_in_numpy, 1e-6),
 }
@@ -421,4 +486,55 @@ def test_a_gpu_form_beyond_the_registers_is_refused_up_front_located(name):
             attempt()
         assert refused.value.location.file == __file__
         assert line in source[refused.value.location.line - 1]
+    np.testing.assert_allclose(run_pallas(fn, *arrays, interpret=True), evaluate(fn, *arrays))
+
+
+@func
+def scaled_filters(x: Tensor[(2, 16, 8, 8), "f32"],
+                   w: Tensor[(16, 16, 3, 3), "f32"],
+                   b: Tensor[(16,), "f32"]):  # fmt: skip
+    return tf.conv2d(x, w * 2.0, b, padding=(1, 1))
+
+
+@func
+def half_the_filters(x: Tensor[(2, 16, 8, 8), "f32"], w: Tensor[(16, 16, 3, 3), "f32"],
+                     b: Tensor[(8,), "f32"]):  # fmt: skip
+    return tf.conv2d(x, w[:8], b, padding=(1, 1))
+
+
+ODD_BLOCK_REFUSALS = {
+    # the multiply loads w whole: the preflight refuses its block, at the parameter
+    "scaled_filters": (
+        scaled_filters,
+        'w: Tensor[(16, 16, 3, 3), "f32"]',
+        r"Function scaled_filters: the block of parameter 'w' is \(16, 16, 3, 3\) per CTA: 3 "
+        r"along axis 2; Triton needs power-of-two blocks; use 2 or 4",
+    ),
+    # the slice reads w through its Ref, but its window is no power of two: the traced check
+    # refuses the load, at the slice, naming the parameter as the preflight would
+    "half_the_filters": (
+        half_the_filters,
+        "tf.conv2d(x, w[:8], b, padding=(1, 1))",
+        r"Slice: Triton cannot lower a load of the block of parameter 'w' as a \(8, 16, 3, 3\) "
+        r"array \(3 along axis 2; Triton needs power-of-two blocks, as its arrays are: use 2 or "
+        r"4\) .*; read parameter 'w' in power-of-two windows \(a slice, or a convolution's taps",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ODD_BLOCK_REFUSALS))
+def test_odd_weights_read_whole_are_refused_up_front_as_jax_would_fail(name):
+    """DESIGN §1: a block that is no power of two, loaded whole by some op, is refused before
+    lowering, located, with the fix; the same kernel lowered without the checks fails in jax
+    (the refusal is the truth), and interpreted without a backend it runs."""
+    fn, line, message = ODD_BLOCK_REFUSALS[name]
+    arrays = [np.ones(p.type.shape, np.float32) for p in fn.params]
+    with pytest.raises(UnsupportedError, match=message) as refused:
+        lower_for_cuda(fn, *arrays)
+    with open(__file__) as this:
+        assert line in this.read().splitlines()[refused.value.location.line - 1]
+    kernel = lower_pallas(fn, *arrays)
+    call = kernel.call(interpret=False, compiler_params=Triton(1, 1).compiler_params(None))
+    with pytest.raises(Exception):  # noqa: B017 - jax fails with several exception types
+        jax.jit(call).trace(*kernel.input_structs()).lower(lowering_platforms=("cuda",))
     np.testing.assert_allclose(run_pallas(fn, *arrays, interpret=True), evaluate(fn, *arrays))

@@ -5,7 +5,9 @@ preflight. Every per-CTA value is a tile of a concrete shape, dtype and storage:
 (each BlockSpec: parameters, results, array constants) and the result of every op call and loop
 of the body (loop and fusion bodies included). Each backend states its constraints on them:
 
-- Triton: every BlockSpec block a power of two along each dim (Triton's tensors are);
+- Triton: every BlockSpec block a power of two along each dim (Triton's tensors are) where the
+  kernel loads it whole; a parameter that only Ref readers read (`reads_refs` rules: a window,
+  a conv tap) is left to `gpu_primitives`, which refuses each load that is not a power of two;
 - Mosaic GPU: every block a whole number of warpgroups (a multiple of 128 elements), since its
   copies move warpgroup-sized chunks;
 - both: dtypes the backend has arithmetic for; at most 2^31 - 1 CTAs (CUDA's launch limit; Pallas
@@ -28,8 +30,9 @@ from tilefoundry.exits.pallas.gpu import GpuBackend, Kernel, KernelTiles, Mosaic
 from tilefoundry.exits.pallas.grid import EXIT, BlockMap, block_map, fields
 from tilefoundry.exits.pallas.preflight import body_nodes
 from tilefoundry.ir.core import Call, Expr, Op, Var, source_span
-from tilefoundry.ir.hir import GridRegionExpr
+from tilefoundry.ir.hir import Function, FusionRegion, GridRegionExpr
 from tilefoundry.ir.types import DType, StorageKind, resolve_dim
+from tilefoundry.rules import PALLAS_REF_READERS
 
 MAX_CTAS = 2**31 - 1
 WARPGROUP = 128
@@ -72,8 +75,10 @@ def check_gpu(kernel: Kernel, backend: GpuBackend) -> KernelTiles:
     )
     _check_launch(kernel, backend)
     _check_dtypes(tiles, backend)
+    windowed = _read_through_refs(kernel.fn) if isinstance(backend, Triton) else set()
     for tile in tiles[: len(blocks)]:
-        _check_block(tile, backend)
+        if tile.node not in windowed:
+            _check_block(tile, backend)
     _check_shared_memory(tiles, blocks, backend, facts)
     return facts
 
@@ -107,6 +112,34 @@ def _body_tiles(kernel: Kernel) -> list[Tile]:
             label = f"{what}: its result" + (f" {index}" if len(fields(node.type)) > 1 else "")
             tiles.append(Tile(label, node, block, type_.dtype, type_.storage, node in looped))
     return tiles
+
+
+def parameter_refs(fn: Function) -> dict[Expr, Var]:
+    """The nodes that are a parameter's Ref in the kernel -> that parameter: the parameters, and
+    the inputs of fusion regions called on them (the kernel binds a region's inputs to its
+    arguments, Refs included)."""
+    bound: dict[Expr, Var] = {p: p for p in fn.params}
+    for node in reversed(body_nodes(fn.body)):  # a fusion call after its body: outer ones first
+        if isinstance(node, Call) and isinstance(node.target, FusionRegion):
+            inputs = zip(node.target.inputs, node.args, strict=True)
+            bound.update((inner, bound[arg]) for inner, arg in inputs if arg in bound)
+    return bound
+
+
+def _read_through_refs(fn: Function) -> set[Var]:
+    """The parameters that only Ref readers read (their rules load windows of the block, which
+    `gpu_primitives` checks): no other node (a rule that gets its operands loaded, a loop's
+    init, a tuple, a call, a region's or the body's result) uses them."""
+    bound = parameter_refs(fn)
+    loaded = {bound[fn.body]} if fn.body in bound else set()
+    for node in body_nodes(fn.body):
+        if isinstance(node, Call) and isinstance(node.target, FusionRegion):
+            loaded.update(bound[out] for out in node.target.outputs if out in bound)
+            continue
+        if isinstance(node, Call) and type(node.target) in PALLAS_REF_READERS:
+            continue
+        loaded.update(bound[operand] for operand in node.block_operands() if operand in bound)
+    return set(fn.params) - loaded
 
 
 def _loop_dependent(nodes: list[Expr]) -> set[Expr]:

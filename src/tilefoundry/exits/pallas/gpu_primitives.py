@@ -31,6 +31,7 @@ A refusal names the op, the primitive and why, located at the op's call. The low
 
 from __future__ import annotations
 
+from functools import partial
 from math import prod
 from typing import Any
 
@@ -43,6 +44,7 @@ from tilefoundry.exits.pallas.gpu import (
     Kernel,
     MosaicGpu,
 )
+from tilefoundry.exits.pallas.gpu_preflight import parameter_refs
 from tilefoundry.ir.core import Call, source_span
 
 _REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or")
@@ -59,12 +61,38 @@ def check_primitives(kernel: Kernel, backend: GpuBackend, compiler_params: Any) 
     launch = jax.make_jaxpr(call)(*kernel.input_structs())
     (pallas,) = [e for e in launch.jaxpr.eqns if e.primitive.name == "pallas_call"]
     calls = traced[-1].scoped_calls
-    rules = _lowering_rules(backend)
-    reason = _mosaic_reason if isinstance(backend, MosaicGpu) else _triton_reason
-    found = _first_refusal(pallas.params["jaxpr"], lambda eqn, stacks: reason(eqn, rules, stacks))
+    rules, jaxpr = _lowering_rules(backend), pallas.params["jaxpr"]
+    if isinstance(backend, MosaicGpu):
+        reason = partial(_mosaic_reason, rules=rules)
+    else:
+        blocks, odd_reads = _block_names(kernel, jaxpr), partial(_odd_reads, kernel, calls)
+        reason = partial(_triton_reason, rules=rules, blocks=blocks, odd_reads=odd_reads)
+    found = _first_refusal(jaxpr, reason)
     if found is not None:
         _refuse(kernel, backend, *found, calls)
-    return _largest_array(pallas.params["jaxpr"])
+    return _largest_array(jaxpr)
+
+
+def _block_names(kernel: Kernel, jaxpr) -> dict:
+    """The kernel's Refs (its jaxpr's inputs: the parameters, constants and results, in the
+    launch's order) -> the block each holds, for messages."""
+    names = [f"parameter '{p.name}'" for p in kernel.fn.params]
+    names += [f"constant {i}" for i in range(len(kernel.constants))]
+    names += [f"result {i}" for i in range(len(kernel.outputs))]
+    return dict(zip(jaxpr.invars, names, strict=True))
+
+
+def _odd_reads(kernel: Kernel, calls: list[Call], stacks: tuple[str, ...]) -> list[tuple]:
+    """(parameter, its block) of each parameter whose block is no power of two that the op call
+    emitting an equation reads (a Ref reader: the preflight refuses any other reader)."""
+    call = _emitting_call(stacks, calls)
+    if call is None:
+        return []
+    refs = parameter_refs(kernel.fn)
+    index = {p: i for i, p in enumerate(kernel.fn.params)}
+    read = [refs[a] for a in call.args if a in refs]
+    blocks = [(p, tuple(kernel.inputs[index[p]].block)) for p in dict.fromkeys(read)]
+    return [(p, b) for p, b in blocks if any(e & (e - 1) for e in b)]
 
 
 def _largest_array(jaxpr) -> int:
@@ -125,17 +153,17 @@ def _shapes(eqn) -> list[tuple[tuple[int, ...], Any]]:
     ]
 
 
-def _triton_reason(eqn, rules, stacks: tuple[str, ...]) -> tuple[str, str | None] | None:
+def _triton_reason(
+    eqn, stacks: tuple[str, ...], *, rules, blocks: dict, odd_reads
+) -> tuple[str, str | None] | None:
     name, params = eqn.primitive.name, eqn.params
     if eqn.primitive not in rules:
         return f"`{name}` (it has no rule for it)", None
-    sizes = [prod(shape) for shape, _ in _shapes(eqn)]
-    for (shape, _), size in zip(_shapes(eqn), sizes, strict=True):
+    arrays = _array_shapes(eqn)
+    sizes = [prod(shape) for shape in arrays]
+    for shape, size in zip(arrays, sizes, strict=True):
         if size & (size - 1):
-            return (
-                f"`{name}` of a {shape} array (Triton's arrays have power-of-two sizes)",
-                "pad the value to a power-of-two shape, or choose tiles that are",
-            )
+            return _odd_array(eqn, shape, blocks, odd_reads(stacks))
     budget = GPU_REGISTER_ELEMENTS
     if any(PICK_SCOPE in part for part in stacks) and max(sizes, default=0) > budget:
         return (
@@ -164,6 +192,46 @@ def _triton_reason(eqn, rules, stacks: tuple[str, ...]) -> tuple[str, str | None
     return None
 
 
+def _array_shapes(eqn) -> list[tuple[int, ...]]:
+    """The shapes of an equation's arrays, not of the Refs it reads or writes (a load's source,
+    a store's target): a Ref is gmem, not a Triton array; only what is loaded must be a power of
+    two."""
+    values = (*eqn.invars, *eqn.outvars)
+    return [
+        tuple(v.aval.shape)
+        for v in values
+        if hasattr(v.aval, "shape") and not hasattr(v.aval, "inner_aval")
+    ]
+
+
+def _odd_array(eqn, shape: tuple[int, ...], blocks: dict, odd_reads: list) -> tuple[str, str]:
+    """Why an array that is not a power of two is refused, and the fix. Where it comes from a
+    block that is no power of two (read only by Ref readers, so left here by the preflight): a
+    load of the block's Ref, or an op that reads such a block (a gather-load's positions), what
+    the preflight says of a block, naming it."""
+    name = eqn.primitive.name
+    source = blocks.get(eqn.invars[0]) if name in ("get", "load") else None
+    if source is not None:
+        what, odd = f"a load of the block of {source} as a {shape} array", shape
+    elif odd_reads:
+        param, odd = odd_reads[0]
+        source = f"parameter '{param.name}'"
+        what = f"`{name}` of a {shape} array, reading the block of {source}, {odd} per CTA"
+    else:
+        return (
+            f"`{name}` of a {shape} array (Triton's arrays have power-of-two sizes)",
+            "pad the value to a power-of-two shape, or choose tiles that are",
+        )
+    axis, extent = next((a, e) for a, e in enumerate(odd) if e & (e - 1))
+    lower = 1 << (extent.bit_length() - 1)
+    return (
+        f"{what} ({extent} along axis {axis}; Triton needs power-of-two blocks, as its arrays "
+        f"are: use {lower} or {lower * 2})",
+        f"read {source} in power-of-two windows (a slice, or a convolution's taps one at a "
+        "time, as Conv2D reads its weights), or pad it to a power-of-two shape",
+    )
+
+
 def _triton_dot(ins, params) -> tuple[str, str | None] | None:
     """MatMul's and Conv2D's GPU forms emit only dots that pass (`kx.matmul`); this holds any
     other emitter of a `dot_general` to what Triton takes."""
@@ -190,7 +258,7 @@ def _triton_dot(ins, params) -> tuple[str, str | None] | None:
     return None
 
 
-def _mosaic_reason(eqn, rules, stacks: tuple[str, ...]) -> tuple[str, str | None] | None:
+def _mosaic_reason(eqn, stacks: tuple[str, ...], *, rules) -> tuple[str, str | None] | None:
     name = eqn.primitive.name
     if eqn.primitive not in rules:
         return f"`{name}` (its lane lowering has no rule for it)", None

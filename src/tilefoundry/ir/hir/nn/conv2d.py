@@ -429,13 +429,16 @@ def _stablehlo(op, operands, arg_types, out_type, lw):
     return result.convert(out_type.dtype).name
 
 
-@register_pallas(Conv2D)
+@register_pallas(Conv2D, reads_refs=True)
 def _pallas(op, args, arg_types, out_type, kx):
     """One `lax.conv_general_dilated` in NCHW / OIHW at full f32 precision plus the bias, narrow
     floats accumulated in f32 like the reference kernel. No Pallas GPU lowering has a
-    convolution, so on a GPU backend it is a sum over the kernel's taps (`_taps_on_gpu`)."""
+    convolution, so on a GPU backend it is a sum over the kernel's taps (`_taps_on_gpu`), which
+    reads the weights one tap at a time: of the weight's Ref, a load of that tap's (O, C/groups)
+    slice, so a 3x3 (any odd) kernel holds only power-of-two arrays, as Triton's are."""
     lax, jnp = kx.lax, kx.jnp
     (ph, pw) = op.padding
+    x, weight, bias = args
 
     def convolve(x, weight, bias):
         out = lax.conv_general_dilated(
@@ -451,33 +454,34 @@ def _pallas(op, args, arg_types, out_type, kx):
         )
         return out + bias.reshape((1, -1, 1, 1))
 
-    def on_gpu(x, weight, bias):
-        return _taps_on_gpu(op, kx, x, weight, out_type.shape[2:]) + bias.reshape((1, -1, 1, 1))
+    def on_gpu(x, bias):
+        taps = _taps_on_gpu(op, kx, x, weight, arg_types[1].shape, out_type.shape[2:])
+        return taps + bias.reshape((1, -1, 1, 1))
 
-    return kx.in_f32(on_gpu if kx.gpu else convolve, out_type.dtype, *args)
+    if not kx.gpu:
+        return kx.in_f32(convolve, out_type.dtype, *(kx.load(a) for a in args))
+    return kx.in_f32(on_gpu, out_type.dtype, kx.load(x), kx.load(bias))
 
 
-def _taps_on_gpu(op: Conv2D, kx, x, weight, out_spatial):
+def _taps_on_gpu(op: Conv2D, kx, x, weight, weight_shape, out_spatial):
     """The convolution as the reference kernel sums it, tap by tap: tap (i, j) reads x at
     `(ho*sh + i*dh - ph, wo*sw + j*dw - pw)` (`_tap_window`, zero in the padding) and contracts
-    that window's channels, group by group, with the tap's weights (`kx.matmul`: a dot where
-    Triton takes it), the taps summed in f32."""
-    jnp = kx.jnp
+    that window's channels, group by group, with the tap's weights (`weight[:, :, i, j]`, a
+    Ref's or a value's static window, in x's widened dtype; `kx.matmul`: a dot where Triton
+    takes it), the taps summed in f32."""
     groups, (sh, sw), (ph, pw), (dh, dw) = op.groups, op.stride, op.padding, op.dilation
     n = x.shape[0]
-    out_channels, group_in, kh, kw = weight.shape
+    out_channels, group_in, kh, kw = weight_shape
     group_out = out_channels // groups
     ho, wo = out_spatial
-    taps = weight.reshape((out_channels, group_in, kh * kw))
     total = None
     for i in range(kh):
         rows = _tap_window(op, kx, x, 2, ho, i * dh - ph, sh)
         for j in range(kw):
             window = _tap_window(op, kx, rows, 3, wo, j * dw - pw, sw)
             lhs = window.reshape((n, groups, group_in, ho, wo)).transpose((1, 0, 3, 4, 2))
-            tap = _selected(
-                kx, taps, 2, kx.lax.broadcasted_iota(jnp.int32, taps.shape, 2) == i * kw + j
-            )
+            at = (slice(None), slice(None), slice(i, i + 1), slice(j, j + 1))
+            tap = kx.static_window(weight, at).astype(x.dtype)
             rhs = tap.reshape((groups, group_out, group_in)).transpose((0, 2, 1))
             product = kx.matmul(op_name(op), lhs.reshape((groups, n * ho * wo, group_in)), rhs)
             total = product if total is None else total + product
