@@ -299,30 +299,38 @@ ODD_KERNELS = [
 ]
 
 
-def _batch_over_ctas(type_: TensorType) -> TensorType:
-    """`type_` with its batch axis split over the CTAs (`CTAS`), as `N @ CTAS.r` declares."""
+def _over_ctas(type_: TensorType) -> TensorType:
+    """`type_` with its first axis split over the CTAs (`CTAS`), as `N @ CTAS.r` declares."""
     shape, layout = layout_from_sugar((type_.shape[0] @ CTAS.r, *type_.shape[1:]))
     return TensorType(shape, type_.dtype, layout)
 
 
-@pytest.mark.parametrize("mesh", [False, True], ids=["one-cta", "cta-mesh"])
+SPLITS = {"one-cta": (), "batch-over-ctas": (0,), "out-channels-over-ctas": (1, 2)}
+"""Which operands (x, weight, bias) have their first axis split over the CTAs; output channels
+only with one group (Conv2D's typing rule refuses them split with several)."""
+
+ODD_CASES = [
+    pytest.param(x, w, attrs, split, id=f"{w[2]}x{w[3]}-{attrs_id}-{split}")
+    for x, w, attrs in ODD_KERNELS
+    for attrs_id in [",".join(f"{k}{v}" for k, v in attrs.items())]
+    for split in SPLITS
+    if not (split == "out-channels-over-ctas" and attrs.get("groups", 1) > 1)
+]
+
+
 @pytest.mark.parametrize("x_loaded", [False, True], ids=["x-ref", "x-value"])
-@pytest.mark.parametrize(
-    ("x", "w", "attrs"),
-    ODD_KERNELS,
-    ids=[f"{w[2]}x{w[3]}-{','.join(f'{k}{v}' for k, v in a.items())}" for _, w, a in ODD_KERNELS],
-)
-def test_an_odd_kernel_reads_its_weights_tap_by_tap_on_a_gpu_backend(x, w, attrs, x_loaded, mesh):
+@pytest.mark.parametrize(("x", "w", "attrs", "split"), ODD_CASES)
+def test_an_odd_kernel_reads_its_weights_tap_by_tap_on_a_gpu_backend(x, w, attrs, split, x_loaded):
     """hir §1.3 Conv2D with 3x3 / 5x5 kernels, whose weight block (O, C/groups, k, k) is no
     power of two: the weights stay a Ref and each tap's (O, C/groups) slice is loaded alone, so
     the kernel holds only power-of-two arrays and lowers to one Triton call; interpreted in that
     form it equals the oracle within the rounding of the C/groups * k * k products and the bias
     (the module docstring's bound), x read from its Ref or as a value, in one CTA or with the
-    batch over two."""
+    batch or the output channels over two."""
     op = Conv2D(**attrs)
     types = [_type(x), _type(w), _type(w[:1])]
-    if mesh:
-        types[0] = _batch_over_ctas(types[0])
+    for index in SPLITS[split]:
+        types[index] = _over_ctas(types[index])
     fn = _one_call(op, *types, loaded=False, cast=(0,) if x_loaded else ())
     arrays = _arrays(np.random.default_rng(6), fn)
     got, want = _on_gpu(fn, *arrays), evaluate(fn, *arrays)
