@@ -352,16 +352,23 @@ def conv_block(
     return 0.5 * y * (1.0 + tf.erf(y * (1.0 / math.sqrt(2.0))))
 
 
-def _conv_block_in_numpy(x, w, b):
-    """float64: zero-padded x, each 4 x 4 window's product with the weights, plus bias, GELU."""
+def _conv_in_float64(x, w, b, stride: int, pad: int):
+    """float64: zero-padded x, each (square) kernel window's product with the weights, plus the
+    bias."""
     x, w = x.astype(np.float64), w.astype(np.float64)
-    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    y = np.zeros((x.shape[0], w.shape[0], 4, 4))
-    for i in range(4):
-        for j in range(4):
-            window = padded[:, :, 2 * i : 2 * i + 4, 2 * j : 2 * j + 4]
+    k = w.shape[2]
+    padded = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    out = (padded.shape[2] - k) // stride + 1
+    y = np.zeros((x.shape[0], w.shape[0], out, out))
+    for i in range(out):
+        for j in range(out):
+            window = padded[:, :, stride * i : stride * i + k, stride * j : stride * j + k]
             y[:, :, i, j] = np.einsum("nchw,ochw->no", window, w)
-    y += b.reshape(1, -1, 1, 1)
+    return y + b.reshape(1, -1, 1, 1)
+
+
+def _conv_block_in_numpy(x, w, b):
+    y = _conv_in_float64(x, w, b, stride=2, pad=1)
     return 0.5 * y * (1 + np.vectorize(math.erf)(y / math.sqrt(2)))
 
 
@@ -376,14 +383,7 @@ def cnn_layer(
 
 
 def _cnn_layer_in_numpy(x, w, b):
-    """float64: zero-padded x, each 3 x 3 window's product with the weights, plus bias, ReLU."""
-    x, w = x.astype(np.float64), w.astype(np.float64)
-    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    y = np.zeros((x.shape[0], w.shape[0], 8, 8))
-    for i in range(8):
-        for j in range(8):
-            y[:, :, i, j] = np.einsum("nchw,ochw->no", padded[:, :, i : i + 3, j : j + 3], w)
-    return np.maximum(y + b.reshape(1, -1, 1, 1), 0)
+    return np.maximum(_conv_in_float64(x, w, b, stride=1, pad=1), 0)
 
 
 @func
