@@ -510,6 +510,12 @@ def half_the_filters(x: Tensor[(2, 16, 8, 8), "f32"], w: Tensor[(16, 16, 3, 3), 
     return tf.conv2d(x, w[:8], b, padding=(1, 1))
 
 
+@func
+def flipped_filters(x: Tensor[(2, 16, 8, 8), "f32"], w: Tensor[(16, 16, 3, 3), "f32"],
+                    b: Tensor[(16,), "f32"]):  # fmt: skip
+    return tf.conv2d(x, tf.reverse(w, axes=(2,)), b, padding=(1, 1))
+
+
 ODD_BLOCK_REFUSALS = {
     # the multiply loads w whole: the preflight refuses its block, at the parameter
     "scaled_filters": (
@@ -527,14 +533,24 @@ ODD_BLOCK_REFUSALS = {
         r"array \(3 along axis 2; Triton needs power-of-two blocks, as its arrays are: use 2 or "
         r"4\) .*; read parameter 'w' in power-of-two windows \(a slice, or a convolution's taps",
     ),
+    # the reversal gather-loads w through its Ref at positions of w's odd shape: the traced
+    # check refuses the first odd array, naming the block the op reads
+    "flipped_filters": (
+        flipped_filters,
+        "tf.conv2d(x, tf.reverse(w, axes=(2,)), b, padding=(1, 1))",
+        r"Reverse: Triton cannot lower `iota` of a \(1, 1, 3, 1\) array, reading the block of "
+        r"parameter 'w', \(16, 16, 3, 3\) per CTA \(3 along axis 2; Triton needs power-of-two "
+        r"blocks",
+    ),
 }
 
 
 @pytest.mark.parametrize("name", sorted(ODD_BLOCK_REFUSALS))
-def test_odd_weights_read_whole_are_refused_up_front_as_jax_would_fail(name):
-    """DESIGN §1: a block that is no power of two, loaded whole by some op, is refused before
-    lowering, located, with the fix; the same kernel lowered without the checks fails in jax
-    (the refusal is the truth), and interpreted without a backend it runs."""
+def test_an_odd_weight_array_in_the_kernel_is_refused_up_front_as_jax_would_fail(name):
+    """DESIGN §1: a weight block that is no power of two, loaded whole (the preflight) or read
+    by a Ref reader into an array that is no power of two (the traced check), is refused before
+    lowering, located, naming the parameter and the fix; the same kernel lowered without the
+    checks fails in jax (the refusal is the truth), and interpreted without a backend it runs."""
     fn, line, message = ODD_BLOCK_REFUSALS[name]
     arrays = [np.ones(p.type.shape, np.float32) for p in fn.params]
     with pytest.raises(UnsupportedError, match=message) as refused:
