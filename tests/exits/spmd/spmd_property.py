@@ -14,8 +14,12 @@ Two boundary facts shape the programs, and every case they exclude is counted, n
   value on coordinate 0, zeros elsewhere), so, to read uneven addends, a Partial(sum) operand
   is made in the program by a producer, a MatMul whose contraction axis is
   Split over exactly those mesh axes (its other Splits carried): the op then reads true addends;
-- no op makes a pending max or min from complete values, so Partial(max|min) operands have no
-  producer and those combinations are skipped with that reason.
+- no op makes a pending max or min from complete values (Reduce completes its own), so a
+  Partial(max|min) operand is a parameter: the exit gives every device the value itself (max
+  and min are idempotent), the simulator its own uneven addends; the two must still agree, which
+  checks the op's rule for a pending max/min and its completion, though a rule that read a
+  pending max as complete would pass on the exit's side. An operand pending both a sum and a
+  max has neither producer and is skipped with that reason.
 
 The product of states is large (and typeinfer alone costs ~10 ms a call), so each op and mesh
 gets a seeded sample of accepted combinations (`PER_OP`); combinations of one mesh are batched
@@ -60,10 +64,7 @@ TRIES_PER_CASE = 6
 """Draws per wanted combination before an op and mesh give up (most draws are rejected)."""
 BATCH = 64
 """Combinations per emitted program."""
-NO_EXTREMUM_PRODUCER = (
-    "a Partial(max|min) operand: no op makes a pending max/min from complete values, and a "
-    "Partial parameter's addends at the exit are the value itself on every device (not uneven)"
-)
+MIXED_PENDING = "an operand pending both a sum and a max or min: no producer makes it"
 
 
 REFUSED_UP_FRONT: dict[str, str] = {
@@ -148,12 +149,6 @@ def choose_cases(seed: int, skipped: Counter) -> list[Case]:
     return cases
 
 
-def _extremum(combo) -> bool:
-    return any(
-        isinstance(a, Partial) and a.reduction != "sum" for attrs, _ in combo for a in attrs or ()
-    )
-
-
 def _cases_for(name: str, samples: list[Sample], mesh: Mesh, rng, skipped: Counter) -> list[Case]:
     wanted = PER_OP[mesh.rank]
     options = [[slot_options(slot, mesh, REDUCTIONS) for slot in s.slots()] for s in samples]
@@ -173,9 +168,6 @@ def _cases_for(name: str, samples: list[Sample], mesh: Mesh, rng, skipped: Count
         try:
             typeinfer_call(op, *sample.nest([t for _, t in combo], TupleType))
         except VerifyError:
-            continue
-        if _extremum(combo):
-            skipped[NO_EXTREMUM_PRODUCER] += 1
             continue
         found.append(Case(name, sample.label or "sample", sample, mesh, combo))
     return found
@@ -198,7 +190,7 @@ def _producer(type_: TensorType, mesh: Mesh, name: str, rng) -> tuple[list, Expr
     operand: lhs @ rhs with the contraction axis Split over the Partial mesh axes."""
     partials = pending_partials(type_)
     if any(r != "sum" for r in partials.values()):
-        raise Skip(NO_EXTREMUM_PRODUCER)
+        raise Skip(MIXED_PENDING)
     shape = tuple(type_.shape)
     if not shape:
         raise Skip("Partial(sum) rank-0 operand: no matmul producer")
@@ -265,7 +257,8 @@ def build(case: Case, index: int, seed: int) -> tuple[list, list[Expr]]:
         zip(case.combo, case.sample.slots(), strict=True)
     ):
         name = f"c{index}_{slot_index}"
-        if attrs is not None and any(isinstance(a, Partial) for a in attrs):
+        pending = [a.reduction for a in attrs or () if isinstance(a, Partial)]
+        if "sum" in pending:  # a pending max or min alone stays a parameter (module docstring)
             made, expr = _producer(type_, case.mesh, name, rng)
             params += made
             args.append(expr)
