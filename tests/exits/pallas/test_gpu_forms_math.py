@@ -28,6 +28,7 @@ from tilefoundry.dsl import tf
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.evaluator import evaluate
 from tilefoundry.exits.pallas import Triton, lower_for_cuda, lower_pallas, run_pallas
+from tilefoundry.exits.pallas.gpu import GPU_REGISTER_ELEMENTS
 from tilefoundry.ir.core import Call, Var
 from tilefoundry.ir.hir import Function
 from tilefoundry.ir.hir.math.unary import Unary, UnaryKind
@@ -338,6 +339,60 @@ def test_an_odd_kernel_reads_its_weights_tap_by_tap_on_a_gpu_backend(x, w, attrs
     _assert_within_rounding(got, want, magnitude, w[1] * w[2] * w[3] + 1)
 
 
+REALISTIC_CONVS = {
+    "3x3-pad1": ((2, 16, 32, 32), (16, 16, 3, 3), {"padding": (1, 1)}),
+    "stride2": ((2, 16, 32, 32), (16, 16, 3, 3), {"padding": (1, 1), "stride": (2, 2)}),
+    "dilation2": ((2, 16, 32, 32), (16, 16, 3, 3), {"padding": (2, 2), "dilation": (2, 2)}),
+    # 32 channels, so each group's contraction is a Triton dot (16 or more along each dim);
+    # stride 2, so the (1, 32, 16, 16) output per CTA stays within the registers too
+    "groups2": (
+        (2, 32, 32, 32),
+        (32, 16, 3, 3),
+        {"padding": (1, 1), "stride": (2, 2), "groups": 2},
+    ),
+}
+
+
+def _kernel_equations(jaxpr):
+    """Every equation of a kernel's jaxpr, nested ones (loop bodies, jitted functions) too."""
+    from jax.extend.core import jaxprs_in_params
+
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for inner in jaxprs_in_params(eqn.params):
+            yield from _kernel_equations(getattr(inner, "jaxpr", inner))
+
+
+def _traced_kernel(fn, *arrays) -> list:
+    """The equations of `fn`'s kernel as traced for a GPU backend."""
+    kernel = lower_pallas(fn, *arrays)
+    launch = jax.make_jaxpr(kernel.call(interpret=True, gpu=True))(*kernel.input_structs())
+    (pallas,) = [e for e in launch.jaxpr.eqns if e.primitive.name == "pallas_call"]
+    return list(_kernel_equations(pallas.params["jaxpr"]))
+
+
+@pytest.mark.parametrize("case", sorted(REALISTIC_CONVS))
+def test_a_realistic_conv_reads_x_tap_by_tap_from_its_ref_within_the_registers(case):
+    """hir §1.3 Conv2D of a realistic size (16 or 32 channels, 32x32, the batch over two CTAs):
+    each tap's window of x is one gather-load of x's Ref, zero in the padding, so no array of
+    the traced kernel exceeds GPU_REGISTER_ELEMENTS (the selection from every input position,
+    (1, 16, 32, 32, 32) per tap, would be 32 times over) and no sum runs over a 5-D selection;
+    interpreted in that form it equals the oracle within the rounding of the C/groups * 9
+    products and the bias (the module docstring's bound), and it lowers to one Triton call."""
+    x, w, attrs = REALISTIC_CONVS[case]
+    op = Conv2D(**attrs)
+    fn = _one_call(op, _over_ctas(_type(x)), _type(w), _type(w[:1]), loaded=False)
+    arrays = _arrays(np.random.default_rng(7), fn)
+    equations = _traced_kernel(fn, *arrays)
+    largest = max(int(np.prod(v.aval.shape)) for e in equations for v in e.outvars)
+    assert largest <= GPU_REGISTER_ELEMENTS
+    summed = [e.invars[0].aval.shape for e in equations if e.primitive.name == "reduce_sum"]
+    assert all(len(shape) < 5 for shape in summed), summed
+    got, want = _on_gpu(fn, *arrays), evaluate(fn, *arrays)
+    magnitude = evaluate(fn, *(np.abs(a) for a in arrays))
+    _assert_within_rounding(got, want, magnitude, w[1] * w[2] * w[3] + 1)
+
+
 # Kernels written as a user writes them ---------------------------------------------------------
 
 
@@ -374,7 +429,7 @@ def _conv_block_in_numpy(x, w, b):
 
 @func
 def cnn_layer(
-    x: Tensor[(4 @ CTAS.r, 16, 8, 8), "f32"],
+    x: Tensor[(2 @ CTAS.r, 16, 32, 32), "f32"],
     w: Tensor[(16, 16, 3, 3), "f32"],
     b: Tensor[(16,), "f32"],
 ):
@@ -452,7 +507,9 @@ def long_running_max(x: Tensor[(4, 128), "f32"]):
 @func
 def wide_conv(x: Tensor[(4, 16, 16, 16), "f32"], w: Tensor[(16, 16, 2, 2), "f32"],
               b: Tensor[(16,), "f32"]):  # fmt: skip
-    return tf.conv2d(x, w, b, stride=(2, 2))
+    """x computed in the kernel (a value), so its taps' windows are selections: from its Ref
+    they would be gather-loads, which `test_a_realistic_conv_reads_x_tap_by_tap...` holds."""
+    return tf.conv2d(x * 2.0, w, b, stride=(2, 2))
 
 
 REFUSALS = {
@@ -471,7 +528,7 @@ REFUSALS = {
     ),
     "wide_conv": (
         wide_conv,
-        "tf.conv2d(x, w, b, stride=(2, 2))",
+        "tf.conv2d(x * 2.0, w, b, stride=(2, 2))",
         r"Conv2D: on a GPU backend a tap's input window along axis 2 .* \(4, 16, 8, 16, 16\) "
         r"intermediate \(131072 elements\).*; convolve a smaller block per CTA",
     ),

@@ -303,6 +303,53 @@ class KernelNamespace:
         )
         return (value.ref if isinstance(value, KernelRef) else value)[full]
 
+    def zero_filled_window(
+        self, value: Any, windows: Sequence[Any], where: str, what: str, fix: str
+    ) -> Any:
+        """`value` read along each axis a at `start + step * o` for o < count (`windows[a]` =
+        (start, step, count); None: the axis whole), zero where a position falls outside the
+        axis (a convolution's padding). Not read_at with a fill: read_at clamps as a gather
+        does, so its per-axis GPU selection (`pick`) of a value cannot tell a padding position
+        from the edge it clamps to. A Ref is one gather-load at the clamped positions (read_at),
+        masked to zero outside: an array of the window's size, whatever the axis's extent. A
+        value on a GPU, which lowers no gather, slice or pad of a value, is selected along each
+        windowed axis from a broadcast over every position of it (a masked sum: a padding
+        position matches none, so it is zero; NaN and infinities survive it, a -0.0 becomes
+        +0.0), refused (`where`, `what`, `fix`) where that broadcast would not stay in
+        registers; off the GPU, jnp's gather masked as a Ref's."""
+        jnp, lax = self.jnp, self.lax
+        shape = _shape(value)
+        if self.gpu and not isinstance(value, KernelRef):
+            for axis, window in enumerate(windows):
+                if window is not None:
+                    value = self._selected_window(value, axis, *window, where, what, fix)
+            return value
+        positions, inside = [], jnp.bool_(True)
+        for axis, window in enumerate(windows):
+            if window is None:
+                positions.append(None)
+                continue
+            start, step, count = window
+            at = lax.broadcasted_iota(jnp.int32, _line(len(shape), axis, count), axis)
+            at = at * step + start
+            inside = inside & (at >= 0) & (at < shape[axis])
+            positions.append(at)
+        read = self.read_at(value, positions)
+        return jnp.where(inside, read, jnp.zeros((), read.dtype))
+
+    def _selected_window(
+        self, value: Any, axis: int, start: int, step: int, count: int, where, what, fix
+    ) -> Any:
+        jnp, lax = self.jnp, self.lax
+        shape = (*value.shape[:axis], count, *value.shape[axis:])
+        self.check_registers(
+            where, f"{what} along axis {axis} (a selection from every input position)", shape, fix
+        )
+        wanted = lax.broadcasted_iota(jnp.int32, shape, axis) * step + start
+        read = wanted == lax.broadcasted_iota(jnp.int32, shape, axis + 1)
+        candidates = jnp.broadcast_to(jnp.expand_dims(value, axis), shape)
+        return jnp.sum(jnp.where(read, candidates, jnp.zeros((), value.dtype)), axis=axis + 1)
+
     def write_window(
         self,
         dst: Any,

@@ -434,8 +434,9 @@ def _pallas(op, args, arg_types, out_type, kx):
     """One `lax.conv_general_dilated` in NCHW / OIHW at full f32 precision plus the bias, narrow
     floats accumulated in f32 like the reference kernel. No Pallas GPU lowering has a
     convolution, so on a GPU backend it is a sum over the kernel's taps (`_taps_on_gpu`), which
-    reads the weights one tap at a time: of the weight's Ref, a load of that tap's (O, C/groups)
-    slice, so a 3x3 (any odd) kernel holds only power-of-two arrays, as Triton's are."""
+    reads x and the weights one tap at a time from their Refs: x's window of the tap in one
+    gather-load, the weights' (O, C/groups) slice in one load, so a 3x3 (any odd) kernel holds
+    only power-of-two arrays, as Triton's are, and no array larger than the output."""
     lax, jnp = kx.lax, kx.jnp
     (ph, pw) = op.padding
     x, weight, bias = args
@@ -454,62 +455,46 @@ def _pallas(op, args, arg_types, out_type, kx):
         )
         return out + bias.reshape((1, -1, 1, 1))
 
-    def on_gpu(x, bias):
-        taps = _taps_on_gpu(op, kx, x, weight, arg_types[1].shape, out_type.shape[2:])
+    def on_gpu(bias):
+        taps = _taps_on_gpu(op, kx, x, weight, arg_types[1].shape, out_type.shape[2:], bias.dtype)
         return taps + bias.reshape((1, -1, 1, 1))
 
     if not kx.gpu:
         return kx.in_f32(convolve, out_type.dtype, *(kx.load(a) for a in args))
-    return kx.in_f32(on_gpu, out_type.dtype, kx.load(x), kx.load(bias))
+    return kx.in_f32(on_gpu, out_type.dtype, kx.load(bias))
 
 
-def _taps_on_gpu(op: Conv2D, kx, x, weight, weight_shape, out_spatial):
+def _taps_on_gpu(op: Conv2D, kx, x, weight, weight_shape, out_spatial, dtype):
     """The convolution as the reference kernel sums it, tap by tap: tap (i, j) reads x at
-    `(ho*sh + i*dh - ph, wo*sw + j*dw - pw)` (`_tap_window`, zero in the padding) and contracts
-    that window's channels, group by group, with the tap's weights (`weight[:, :, i, j]`, a
-    Ref's or a value's static window, in x's widened dtype; `kx.matmul`: a dot where Triton
-    takes it), the taps summed in f32."""
+    `(ho*sh + i*dh - ph, wo*sw + j*dw - pw)`, zero in the padding (`kx.zero_filled_window`: of
+    x's Ref one gather-load, of a value a selection from every input position), and contracts
+    each group's channels of that window with the tap's weights (`weight[group, :, i, j]`, a
+    Ref's or a value's static window), both in `dtype` (x's widened); per group a 2-D
+    `kx.matmul`, a dot where Triton takes it; the taps summed in f32."""
     groups, (sh, sw), (ph, pw), (dh, dw) = op.groups, op.stride, op.padding, op.dilation
-    n = x.shape[0]
     out_channels, group_in, kh, kw = weight_shape
     group_out = out_channels // groups
     ho, wo = out_spatial
-    total = None
+    totals = [None] * groups
     for i in range(kh):
-        rows = _tap_window(op, kx, x, 2, ho, i * dh - ph, sh)
         for j in range(kw):
-            window = _tap_window(op, kx, rows, 3, wo, j * dw - pw, sw)
-            lhs = window.reshape((n, groups, group_in, ho, wo)).transpose((1, 0, 3, 4, 2))
-            at = (slice(None), slice(None), slice(i, i + 1), slice(j, j + 1))
-            tap = kx.static_window(weight, at).astype(x.dtype)
-            rhs = tap.reshape((groups, group_out, group_in)).transpose((0, 2, 1))
-            product = kx.matmul(op_name(op), lhs.reshape((groups, n * ho * wo, group_in)), rhs)
-            total = product if total is None else total + product
-    spread = total.reshape((groups, n, ho, wo, group_out)).transpose((1, 0, 4, 2, 3))
-    return spread.reshape((n, out_channels, ho, wo))
-
-
-def _tap_window(op: Conv2D, kx, x, axis: int, extent: int, start: int, stride: int):
-    """x along `axis` at `o*stride + start` for o < extent, zero where that falls in the padding:
-    a selection over an iota pair (no strided slice of a value lowers on a GPU), so the
-    intermediate holds x once per output position."""
-    jnp, lax = kx.jnp, kx.lax
-    shape = (*x.shape[:axis], extent, *x.shape[axis:])
-    kx.check_registers(
-        op_name(op),
-        f"a tap's input window along axis {axis} (a selection from every input position)",
-        shape,
-        "convolve a smaller block per CTA (split the batch or output channels over the cta "
-        "mesh), or run it on XLA (run_xla)",
-    )
-    wanted = lax.broadcasted_iota(jnp.int32, shape, axis) * stride + start
-    read = wanted == lax.broadcasted_iota(jnp.int32, shape, axis + 1)
-    return _selected(kx, jnp.broadcast_to(jnp.expand_dims(x, axis), shape), axis + 1, read)
-
-
-def _selected(kx, values, axis: int, mask):
-    """Along `axis`, the element where `mask` holds (at most one does), zero where none does: a
-    masked sum, exact since one term at most is not zero, and NaN and infinities survive it (a
-    GPU's max drops NaN); a -0.0 read becomes +0.0, which the sum of products cannot tell."""
-    jnp = kx.jnp
-    return jnp.sum(jnp.where(mask, values, jnp.zeros((), values.dtype)), axis=axis)
+            window = kx.zero_filled_window(
+                x,
+                (None, None, (i * dh - ph, sh, ho), (j * dw - pw, sw, wo)),
+                op_name(op),
+                "a tap's input window",
+                "convolve a smaller block per CTA (split the batch or output channels over the "
+                "cta mesh), read x from its parameter (not computed in the kernel), or run it "
+                "on XLA (run_xla)",
+            ).astype(dtype)
+            n = window.shape[0]
+            for g in range(groups):
+                channels = slice(g * group_in, (g + 1) * group_in)
+                lhs = kx.static_window(window, (slice(None), channels)).transpose((0, 2, 3, 1))
+                outs = slice(g * group_out, (g + 1) * group_out)
+                at = (outs, slice(None), slice(i, i + 1), slice(j, j + 1))
+                rhs = kx.static_window(weight, at).astype(dtype).reshape((group_out, group_in))
+                product = kx.matmul(op_name(op), lhs.reshape((n * ho * wo, group_in)), rhs.T)
+                totals[g] = product if totals[g] is None else totals[g] + product
+    spread = kx.stack(totals, 0).reshape((groups, n, ho, wo, group_out))
+    return spread.transpose((1, 0, 4, 2, 3)).reshape((n, out_channels, ho, wo))
