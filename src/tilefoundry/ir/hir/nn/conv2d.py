@@ -468,8 +468,8 @@ def _taps_on_gpu(op: Conv2D, kx, x, weight, weight_shape, out_spatial, dtype):
     """The convolution as the reference kernel sums it, tap by tap: tap (i, j) reads x at
     `(ho*sh + i*dh - ph, wo*sw + j*dw - pw)`, zero in the padding (`kx.zero_filled_window`: of
     x's Ref one gather-load, of a value a selection from every input position), and contracts
-    each group's channels of that window with the tap's weights (`weight[group, :, i, j]`, a
-    Ref's or a value's static window), both in `dtype` (x's widened); per group a 2-D
+    each group's channels of that window with the tap's weights (`weight[group's rows, :, i,
+    j]`, a Ref's or a value's static window), both in `dtype` (x's widened); per group a 2-D
     `kx.matmul`, a dot where Triton takes it; the taps summed in f32."""
     groups, (sh, sw), (ph, pw), (dh, dw) = op.groups, op.stride, op.padding, op.dilation
     out_channels, group_in, kh, kw = weight_shape
