@@ -24,11 +24,6 @@ SCOPE = "tilefoundry_call"
 """The named-scope prefix of an op call's rule inside the kernel (`KernelBody`): call i's rule
 runs under `SCOPE + str(i)`, so the GPU checks trace each jax primitive back to its call."""
 
-PICK_SCOPE = "tilefoundry_pick"
-"""The named scope of a selection in `KernelNamespace` that broadcasts its candidates (a value
-read at positions: the result's size times the extent read from), whose size the GPU checks bound
-(`GPU_REGISTER_ELEMENTS`)."""
-
 GPU_REGISTER_ELEMENTS = 2**14
 """The largest intermediate (elements) a GPU form of an op builds (a masked broadcast, a product
 before its reduction, a selection's candidates): a quarter of an SM's 65,536 32-bit registers

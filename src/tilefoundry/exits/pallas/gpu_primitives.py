@@ -16,10 +16,8 @@ put on their operands —
   every pair of positions, erf is computed from exp; what such a form could not keep in
   registers its rule refuses itself (`kx.check_registers`). No gather, slice, rev, pad,
   dynamic_slice or dynamic_update_slice of a value: the rules write those through `kx` as loads
-  of a Ref, splits and stacks, or selections (`KernelNamespace.pick`), and a selection's
-  candidates (the result times the extent selected from) are bounded by the same register
-  budget — past it Triton would lower but spill every selection to local memory, so it is
-  refused.
+  of a Ref, splits and stacks, or selections (`KernelNamespace.pick`), whose candidates (the
+  result times the extent selected from) `kx.check_registers` bounds the same way.
 - Mosaic GPU (its lane lowering): reductions over every axis only; no loop carrying arrays (a
   carry whose register layout changes, as a zeros-initialised accumulator's does, fails in its
   layout inference; refused whole, conservatively).
@@ -37,8 +35,6 @@ from typing import Any
 
 from tilefoundry.errors import UnsupportedError
 from tilefoundry.exits.pallas.gpu import (
-    GPU_REGISTER_ELEMENTS,
-    PICK_SCOPE,
     SCOPE,
     GpuBackend,
     Kernel,
@@ -160,18 +156,10 @@ def _triton_reason(
     if eqn.primitive not in rules:
         return f"`{name}` (it has no rule for it)", None
     arrays = _array_shapes(eqn)
-    sizes = [prod(shape) for shape in arrays]
-    for shape, size in zip(arrays, sizes, strict=True):
+    for shape in arrays:
+        size = prod(shape)
         if size & (size - 1):
             return _odd_array(eqn, shape, blocks, odd_reads(stacks))
-    budget = GPU_REGISTER_ELEMENTS
-    if any(PICK_SCOPE in part for part in stacks) and max(sizes, default=0) > budget:
-        return (
-            f"a selection over {max(sizes)} candidates (the result times the extent it selects "
-            f"from, held in registers at once; at most {budget} fit a CTA without spilling)",
-            f"use smaller tiles (a result times source extent of at most {budget}), or run "
-            "the program on XLA (run_xla)",
-        )
     ins = [v.aval for v in eqn.invars]
     if name == "dot_general":
         return _triton_dot(ins, params)

@@ -174,6 +174,7 @@ class KernelBody:
             return self._loop(node, args, frame)
         if isinstance(node, Call) and isinstance(node.target, Op):
             self.scoped_calls.append(node)
+            self.kx.calling = type(node.target).__name__
             try:
                 with self.kx.scope(f"{SCOPE}{len(self.scoped_calls) - 1}"):
                     return self._call_op(node, args)

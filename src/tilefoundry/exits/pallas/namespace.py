@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from tilefoundry.errors import InternalCompilerError, UnsupportedError
-from tilefoundry.exits.pallas.gpu import GPU_REGISTER_ELEMENTS, PICK_SCOPE
+from tilefoundry.exits.pallas.gpu import GPU_REGISTER_ELEMENTS
 from tilefoundry.ir.types import DType
 
 
@@ -50,6 +50,9 @@ class KernelNamespace:
 
         self.jnp, self.lax, self.pl = jnp, lax, pl
         self.gpu = gpu
+        self.calling = ""
+        """The op whose rule is being traced (set by KernelBody), named by a refusal of a helper
+        that is not told its op."""
 
     def scope(self, name: str) -> Any:
         """A named scope: the primitives traced inside it carry `name` on their name stack."""
@@ -236,13 +239,18 @@ class KernelNamespace:
     def _bits_at(self, values: Any, axis: int, positions: Any) -> Any:
         """`_bits` of `values` read at `positions` along `axis` (dropped): `positions` has extent
         1 there and broadcasts against `values`, so the candidates are the result's size times
-        the axis's extent. Traced under `PICK_SCOPE`, whose candidates the GPU checks bound
-        (`gpu.GPU_REGISTER_ELEMENTS`)."""
+        the axis's extent, which must stay in registers (`check_registers`)."""
         jnp = self.jnp
         shape = jnp.broadcast_shapes(values.shape, positions.shape)
-        with self.scope(PICK_SCOPE):
-            mask = self.lax.broadcasted_iota(jnp.int32, shape, axis) == positions
-            return self._bits(mask, jnp.broadcast_to(values, shape), axis)
+        self.check_registers(
+            self.calling,
+            "a selection (the result times the extent it selects from, with its mask and bits)",
+            shape,
+            "use smaller tiles (a result times source extent of at most "
+            f"{GPU_REGISTER_ELEMENTS}), or run the program on XLA (run_xla)",
+        )
+        mask = self.lax.broadcasted_iota(jnp.int32, shape, axis) == positions
+        return self._bits(mask, jnp.broadcast_to(values, shape), axis)
 
     def take(self, value: Any, index: Any, axis: int, batch_dims: int = 0) -> Any:
         """`value` read at `index` along `axis`, the index's axes replacing it (numpy `take`;
