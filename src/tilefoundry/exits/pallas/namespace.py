@@ -106,19 +106,20 @@ class KernelNamespace:
             return result
         return jnp.where(jnp.isnan(a) | jnp.isnan(b), a + b, result)  # a + b: NaN, in the dtype
 
-    def check_registers(self, where: str, what: str, shape: Sequence[int], fix: str) -> None:
+    def check_registers(self, what: str, shape: Sequence[int], fix: str) -> None:
         """Refuse a GPU form whose intermediate of `shape` (`what`: the form, for the message)
         would not stay in registers (`GPU_REGISTER_ELEMENTS`): Triton would spill it to local
-        memory, and the form is only worth writing while it does not."""
+        memory, and the form is only worth writing while it does not. Named by the op being
+        traced (`calling`)."""
         size = int(np.prod(shape))
         if size > GPU_REGISTER_ELEMENTS:
             raise UnsupportedError(
-                f"{where}: on a GPU backend {what} is a {tuple(shape)} intermediate ({size} "
+                f"{self.calling}: on a GPU backend {what} is a {tuple(shape)} intermediate ({size} "
                 f"elements), more than the {GPU_REGISTER_ELEMENTS} a CTA keeps in registers; "
                 f"{fix}"
             )
 
-    def matmul(self, where: str, a: Any, b: Any) -> Any:
+    def matmul(self, a: Any, b: Any) -> Any:
         """`[.., M, K] @ [.., K, N]` (batch dims broadcast) as a GPU backend lowers it, floats
         accumulated in f32 at full f32 precision (the reference kernel's): Triton's dot where it
         takes the operands (two 2-D tiles, each dim at least 16, none unsigned; a rhs without
@@ -140,7 +141,6 @@ class KernelNamespace:
                 )
                 return product.reshape((*batch, m, n))
         self.check_registers(
-            where,
             f"a matmul of {tuple(a.shape)} x {tuple(b.shape)} as a multiply reduced over K (its "
             "dot takes two 2-D tiles of 16 or more along each dim)",
             (*batch, m, k, n),
@@ -243,7 +243,6 @@ class KernelNamespace:
         jnp = self.jnp
         shape = jnp.broadcast_shapes(values.shape, positions.shape)
         self.check_registers(
-            self.calling,
             "a selection (the result times the extent it selects from, with its mask and bits)",
             shape,
             "use smaller tiles (a result times source extent of at most "
@@ -311,9 +310,7 @@ class KernelNamespace:
         )
         return (value.ref if isinstance(value, KernelRef) else value)[full]
 
-    def zero_filled_window(
-        self, value: Any, windows: Sequence[Any], where: str, what: str, fix: str
-    ) -> Any:
+    def zero_filled_window(self, value: Any, windows: Sequence[Any], what: str, fix: str) -> Any:
         """`value` read along each axis a at `start + step * o` for o < count (`windows[a]` =
         (start, step, count); None: the axis whole), zero where a position falls outside the
         axis (a convolution's padding). Not read_at with a fill: read_at clamps as a gather
@@ -323,14 +320,14 @@ class KernelNamespace:
         value on a GPU, which lowers no gather, slice or pad of a value, is selected along each
         windowed axis from a broadcast over every position of it (a masked sum: a padding
         position matches none, so it is zero; NaN and infinities survive it, a -0.0 becomes
-        +0.0), refused (`where`, `what`, `fix`) where that broadcast would not stay in
+        +0.0), refused (`what`, `fix`) where that broadcast would not stay in
         registers; off the GPU, jnp's gather masked as a Ref's."""
         jnp, lax = self.jnp, self.lax
         shape = _shape(value)
         if self.gpu and not isinstance(value, KernelRef):
             for axis, window in enumerate(windows):
                 if window is not None:
-                    value = self._selected_window(value, axis, *window, where, what, fix)
+                    value = self._selected_window(value, axis, *window, what, fix)
             return value
         positions, inside = [], jnp.bool_(True)
         for axis, window in enumerate(windows):
@@ -346,12 +343,12 @@ class KernelNamespace:
         return jnp.where(inside, read, jnp.zeros((), read.dtype))
 
     def _selected_window(
-        self, value: Any, axis: int, start: int, step: int, count: int, where, what, fix
+        self, value: Any, axis: int, start: int, step: int, count: int, what: str, fix: str
     ) -> Any:
         jnp, lax = self.jnp, self.lax
         shape = (*value.shape[:axis], count, *value.shape[axis:])
         self.check_registers(
-            where, f"{what} along axis {axis} (a selection from every input position)", shape, fix
+            f"{what} along axis {axis} (a selection from every input position)", shape, fix
         )
         wanted = lax.broadcasted_iota(jnp.int32, shape, axis) * step + start
         read = wanted == lax.broadcasted_iota(jnp.int32, shape, axis + 1)

@@ -481,7 +481,6 @@ def _taps_on_gpu(op: Conv2D, kx, x, weight, weight_shape, out_spatial, dtype):
             window = kx.zero_filled_window(
                 x,
                 (None, None, (i * dh - ph, sh, ho), (j * dw - pw, sw, wo)),
-                op_name(op),
                 "a tap's input window",
                 "convolve a smaller block per CTA (split the batch or output channels over the "
                 "cta mesh), read x from its parameter (not computed in the kernel), or run it "
@@ -494,7 +493,7 @@ def _taps_on_gpu(op: Conv2D, kx, x, weight, weight_shape, out_spatial, dtype):
                 outs = slice(g * group_out, (g + 1) * group_out)
                 at = (outs, slice(None), slice(i, i + 1), slice(j, j + 1))
                 rhs = kx.static_window(weight, at).astype(dtype).reshape((group_out, group_in))
-                product = kx.matmul(op_name(op), lhs.reshape((n * ho * wo, group_in)), rhs.T)
+                product = kx.matmul(lhs.reshape((n * ho * wo, group_in)), rhs.T)
                 totals[g] = product if totals[g] is None else totals[g] + product
     spread = kx.stack(totals, 0).reshape((groups, n, ho, wo, group_out))
     return spread.transpose((1, 0, 4, 2, 3)).reshape((n, out_channels, ho, wo))

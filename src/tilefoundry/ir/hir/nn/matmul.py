@@ -286,7 +286,6 @@ def _pallas(op, args, arg_types, out_type, kx):
 
     def on_gpu(a, b):
         matrices = kx.matmul(
-            op_name(op),
             a.reshape((1, -1)) if a.ndim == 1 else a,
             b.reshape((-1, 1)) if b.ndim == 1 else b,
         )

@@ -253,7 +253,6 @@ def _pallas(op: Cumulative, args, arg_types, out_type, kx):
     if kx.gpu and (op.kind is not CumulativeKind.SUM or op.reverse):
         shape = (*x.shape[: axis + 1], x.shape[axis], *x.shape[axis + 1 :])
         kx.check_registers(
-            op_name(op),
             f"the running {op.kind.value} as a masked reduction of every pair of positions",
             shape,
             "scan a shorter block per CTA (split another axis over the cta mesh), or run it on "
