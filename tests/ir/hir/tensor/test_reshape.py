@@ -89,8 +89,9 @@ CASES = [
      r"split by mesh axis 0 \('x'\), mesh axis 1 \('y'\), which becomes an inner factor"),
     ("view: one axis on two mesh axes", sharded((16, 8), XY, S(0), S(0)), (128,),
      sharded((128,), XY, S(0), S(0))),
-    # A mesh axis of extent 1 splits a layout position of extent 1: the Split lands where it
-    # would on a larger mesh (the heads of a one-device tensor-parallel layer), not refused.
+    # hir Reshape (a view over the layout positions): a mesh axis of extent 1 splits a layout
+    # position of extent 1; the Split lands where it would on a larger mesh (the heads of a
+    # one-device tensor-parallel layer), not refused.
     ("view: one-device mesh, split axis divides", sharded((2, 64), ONE, S(1)), (2, 8, 8),
      laid_out((2, 8, 8), (2, 1, 8, 8), (64, 64, 8, 1), ONE, S(1))),
     ("one-device mesh: inner Split merged, as on any device mesh", sharded((8, 2), ONE, S(1)),
